@@ -1,0 +1,91 @@
+"""Write the chapters' export cells into the package: the code a reader sees is the code that runs.
+
+A chapter names its module once, in a code cell line ``#| default_exp attention``. Every code cell
+whose first line is ``#| export`` (or ``#| export other_module``) is copied, in order, into
+``aiayn/<module>.py``.
+
+    python -m aiayn._export           # regenerate the package from book/*.ipynb
+    python -m aiayn._export --check   # exit 1 if the package differs from the chapters
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK, PACKAGE = ROOT / "book", ROOT / "aiayn"
+HEADER = "# Generated from {sources} by `python -m aiayn._export`. Edit the chapter, not this file.\n"
+_DEFAULT = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.M)
+_EXPORT = re.compile(r"^#\|\s*export(?:\s+([A-Za-z_]\w*))?\s*$")
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def collect(book: Path = BOOK) -> dict[str, tuple[list[str], list[str]]]:
+    """Map module name -> (source notebooks, code blocks), in chapter order."""
+    modules: dict[str, tuple[list[str], list[str]]] = {}
+    for nb_path in sorted(book.glob("*.ipynb")):
+        cells = [c for c in json.loads(nb_path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+        default = next((m.group(1) for c in cells for m in [_DEFAULT.search(_source(c))] if m), None)
+        for cell in cells:
+            first, _, body = _source(cell).partition("\n")
+            match = _EXPORT.match(first)
+            if not match:
+                continue
+            module = match.group(1) or default
+            if module is None:
+                raise SystemExit(f"{nb_path.name}: an export cell names no module and the chapter has no '#| default_exp'")
+            sources, blocks = modules.setdefault(module, ([], []))
+            rel = f"book/{nb_path.name}"
+            if rel not in sources:
+                sources.append(rel)
+            blocks.append(body.strip("\n"))
+    return modules
+
+
+def render(sources: list[str], blocks: list[str]) -> str:
+    return HEADER.format(sources=", ".join(sources)) + "\n" + "\n\n\n".join(blocks) + "\n"
+
+
+def generated_files(package: Path = PACKAGE) -> set[str]:
+    return {p.stem for p in package.glob("*.py") if p.read_text(encoding="utf-8").startswith("# Generated from ")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 on any difference")
+    args = parser.parse_args(argv)
+    if not BOOK.is_dir():
+        print(f"no chapters at {BOOK}: run this from a clone of the book's repository", file=sys.stderr)
+        return 2
+    wanted = {name: render(*parts) for name, parts in collect().items()}
+    stale = generated_files() - set(wanted)
+    differ = [n for n, text in wanted.items()
+              if not (PACKAGE / f"{n}.py").exists() or (PACKAGE / f"{n}.py").read_text(encoding="utf-8") != text]
+    if args.check:
+        for name in sorted(differ):
+            print(f"aiayn/{name}.py differs from its chapter's export cells", file=sys.stderr)
+        for name in sorted(stale):
+            print(f"aiayn/{name}.py is generated but no chapter exports it any more", file=sys.stderr)
+        if differ or stale:
+            print("run `python -m aiayn._export` and commit the result", file=sys.stderr)
+            return 1
+        print(f"package in sync with the chapters ({len(wanted)} modules)")
+        return 0
+    for name in sorted(differ):
+        (PACKAGE / f"{name}.py").write_text(wanted[name], encoding="utf-8")
+        print(f"wrote aiayn/{name}.py")
+    for name in sorted(stale):
+        (PACKAGE / f"{name}.py").unlink()
+        print(f"removed aiayn/{name}.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
+    return pe.float()  # (max_len, d_model)
+
+
+class PositionalEncoding(nn.Module):
+    """§3.5 and §5.4: add position information to the embeddings, then apply dropout to the sum.
+
+    ``learned=True`` is Table 3 row (E): a trained embedding per position instead of sinusoids.
+    """
+
+    def __init__(self, d_model: int, max_len: int, P_drop: float = 0.0, learned: bool = False):
+        super().__init__()
+        self.max_len = max_len
+        self.dropout = nn.Dropout(P_drop)
+        if learned:
+            self.pe = nn.Parameter(torch.randn(max_len, d_model) * d_model**-0.5)
+        else:
+            self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+
+    def forward(self, x, start: int = 0):  # (batch, len, d_model); start > 0 when decoding step by step
+        end = start + x.size(1)
+        if end > self.max_len:
+            raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}; "
+                             f"shorten the input or build the model with a larger max_len")
+        return self.dropout(x + self.pe[start:end])
