@@ -28,12 +28,42 @@ def execute(path: Path, timeout: int = 1800) -> float:
     return time.perf_counter() - start
 
 
+def vendor_vega() -> None:
+    """Copy the vega, vega-lite and vega-embed builds that the installed altair asks for into book/_static/vega."""
+    import shutil
+    import subprocess
+    import tarfile
+    import tempfile
+
+    import altair as alt
+
+    dest = ROOT / "book" / "_static" / "vega"
+    wanted = {"vega": alt.VEGA_VERSION, "vega-lite": alt.VEGALITE_VERSION, "vega-embed": alt.VEGAEMBED_VERSION}
+    with tempfile.TemporaryDirectory() as tmp:
+        for lib, version in wanted.items():
+            out = subprocess.run(["npm", "pack", f"{lib}@{version}", "--pack-destination", tmp],
+                                 check=True, capture_output=True, text=True).stdout.split()[-1]
+            with tarfile.open(Path(tmp) / out) as tar:
+                tar.extractall(Path(tmp) / lib, filter="data")
+            shutil.copyfile(Path(tmp) / lib / "package" / "build" / f"{lib}.min.js", dest / f"{lib}.min.js")
+            shutil.copyfile(Path(tmp) / lib / "package" / "LICENSE", dest / f"LICENSE.{lib}")
+    (dest / "vega-versions.js").write_text(
+        "// Tells altair's chart loader that the vendored libraries are present, so no chart fetches them from a CDN.\n"
+        f"// Versions as altair {alt.__version__} asks for them; refresh with `make vendor-vega`.\n"
+        f'var VEGA_DEBUG = {{vega_version: "{alt.VEGA_VERSION}", vegalite_version: "{alt.VEGALITE_VERSION}", '
+        f'vegaembed_version: "{alt.VEGAEMBED_VERSION}"}};\n')
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("execute", help="execute notebooks in place")
     run.add_argument("notebooks", nargs="*", type=Path)
+    sub.add_parser("vendor-vega", help="refresh book/_static/vega from the npm registry")
     args = parser.parse_args(argv)
+    if args.command == "vendor-vega":
+        vendor_vega()
+        return 0
     notebooks = args.notebooks or sorted((ROOT / "book").glob("*.ipynb"))
     for nb in notebooks:
         print(f"{nb}: executing ...", flush=True)

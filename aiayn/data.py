@@ -66,7 +66,7 @@ def _download(name: str, dest: Path, urls, retries: int, timeout: float) -> None
     errors = []
     for template in urls:
         url = template.format(name=name)
-        for attempt in range(retries):
+        for attempt in range(1, retries + 1):
             try:
                 with urllib.request.urlopen(url, timeout=timeout) as response:
                     data = response.read()
@@ -76,8 +76,10 @@ def _download(name: str, dest: Path, urls, retries: int, timeout: float) -> None
                 errors.append(f"{url}: checksum mismatch")
                 break  # the same URL would return the same wrong bytes
             except OSError as err:
-                errors.append(f"{url}: {err}")
-                time.sleep(min(2**attempt, 4) if attempt + 1 < retries else 0)
+                if attempt == retries:
+                    errors.append(f"{url}: {err} ({retries} attempts)")
+                else:
+                    time.sleep(min(2**attempt, 8))
     raise DataError(
         f"could not download Multi30k file {name!r}:\n  " + "\n  ".join(errors) + "\n"
         f"If this machine is offline, copy the Multi30k task-1 .gz files into {dest.parent} "
