@@ -1,3 +1,5 @@
+# Generated from book/03_multi_head.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
+
 import torch
 from torch import nn
 
@@ -14,14 +16,19 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, h: int, d_k: int | None = None, P_drop: float = 0.0):
         super().__init__()
+        for name, value in (("d_model", d_model), ("h", h)) + ((("d_k", d_k),) if d_k is not None else ()):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= P_drop < 1.0:
+            raise ValueError(f"P_drop must lie in [0, 1), got {P_drop!r}")
         if d_k is None:
             if d_model % h:
                 raise ValueError(f"d_model={d_model} is not divisible by h={h}; choose h dividing d_model or set d_k")
             d_k = d_model // h
         self.h, self.d_k, self.P_drop = h, d_k, P_drop
-        self.W_Q = nn.Linear(d_model, h * d_k)
+        self.W_Q = nn.Linear(d_model, h * d_k)  # the h matrices W_i^Q side by side
         self.W_K = nn.Linear(d_model, h * d_k)
-        self.W_V = nn.Linear(d_model, h * d_k)
+        self.W_V = nn.Linear(d_model, h * d_k)  # d_v = d_k
         self.W_O = nn.Linear(h * d_k, d_model)
 
     def split_heads(self, x):  # (batch, len, h * d_k) -> (batch, h, len, d_k)
@@ -32,12 +39,12 @@ class MultiHeadAttention(nn.Module):
         """Returns the output (batch, len_q, d_model) and, if ``need_weights``, weights (batch, h, len_q, len_k)."""
         q = self.split_heads(self.W_Q(query))  # (batch, h, len_q, d_k)
         if cache is not None and static_kv and "k" in cache:
-            k, v = cache["k"], cache["v"]
+            k, v = cache["k"], cache["v"]  # encoder output projected at the first step
         else:
             k = self.split_heads(self.W_K(key))  # (batch, h, len_k, d_k)
             v = self.split_heads(self.W_V(value))  # (batch, h, len_k, d_k)
             if cache is not None:
-                if not static_kv and "k" in cache:
+                if not static_kv and "k" in cache:  # self-attention: append the new positions
                     k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
         dropout_p = self.P_drop if self.training else 0.0
