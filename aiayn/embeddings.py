@@ -1,3 +1,5 @@
+# Generated from book/05_embeddings.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
+
 import math
 
 from torch import nn
@@ -9,7 +11,7 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = None):
         super().__init__()
         self.d_model = d_model
-        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)  # the table E, (vocab_size, d_model)
 
     def forward(self, tokens):  # (batch, len) -> (batch, len, d_model)
         return self.lut(tokens) * math.sqrt(self.d_model)

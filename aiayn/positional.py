@@ -1,3 +1,5 @@
+# Generated from book/06_positional_encoding.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
+
 import math
 
 import torch
@@ -7,11 +9,19 @@ from torch import nn
 def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...)."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))  # omega_i
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
     return pe.float()  # (max_len, d_model)
+
+
+def shift_matrix(k: int, d_model: int) -> torch.Tensor:
+    """§3.5: the block-diagonal rotation M_k with PE[pos + k] = M_k @ PE[pos] for every pos (even d_model)."""
+    angle = k * torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    cos, sin = torch.cos(angle), torch.sin(angle)  # (d_model / 2,)
+    blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)  # (d_model / 2, 2, 2)
+    return torch.block_diag(*blocks).float()  # (d_model, d_model)
 
 
 class PositionalEncoding(nn.Module):
@@ -25,7 +35,7 @@ class PositionalEncoding(nn.Module):
         self.max_len = max_len
         self.dropout = nn.Dropout(P_drop)
         if learned:
-            self.pe = nn.Parameter(torch.randn(max_len, d_model) * d_model**-0.5)
+            self.pe = nn.Parameter(torch.randn(max_len, d_model) * d_model**-0.5)  # (max_len, d_model)
         else:
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
