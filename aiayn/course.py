@@ -109,9 +109,9 @@ def find_exercises(nb, notebook: str = "") -> list[Exercise]:
     start = next((i for i, c in enumerate(cells)
                   if c["cell_type"] == "markdown" and re.search(r"^#+\s*Exercises", _src(c), re.M)), 0)
     found, number = [], None
-    for i in range(start, len(cells)):
+    for i in range(len(cells)):  # every solution region, though they belong after the "Exercises" heading
         cell = cells[i]
-        if cell["cell_type"] == "markdown":
+        if cell["cell_type"] == "markdown" and i >= start:
             numbers = re.findall(r"^\s*(\d+)\.\s", _src(cell), re.M)
             number = int(numbers[-1]) if numbers else number
             continue
@@ -332,7 +332,7 @@ def _resolve(path: str):
 
 
 @contextmanager
-def locked(forbidden: Iterable[str], namespaces: Iterable[dict] = ()):
+def locked(forbidden: Iterable[str], namespaces: Iterable[dict] = (), cells: Iterable = ()):
     """Within the block, the named reference implementations raise ReferenceUsed when called: in their modules,
     in the given namespaces (a notebook's globals, where a chapter defines its own copies under the same names)
     and wherever the same objects are bound in aiayn's and sacreBLEU's modules."""
@@ -348,7 +348,10 @@ def locked(forbidden: Iterable[str], namespaces: Iterable[dict] = ()):
         return tripwire
 
     def replace(container, key, path):
-        if isinstance(container, dict):
+        if key is None:  # a closure cell
+            saved.append((container, None, container.cell_contents))
+            container.cell_contents = wire(path)
+        elif isinstance(container, dict):
             saved.append((container, key, container[key]))
             container[key] = wire(path)
         else:
@@ -377,10 +380,19 @@ def locked(forbidden: Iterable[str], namespaces: Iterable[dict] = ()):
             for k, v in list(d.items()):
                 if id(v) in objects and not getattr(v, "__aiayn_tripwire__", False):
                     replace(d, k, objects[id(v)])
+        for cell in cells:
+            try:
+                v = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if id(v) in objects:
+                replace(cell, None, objects[id(v)])
         yield hits
     finally:
         for container, key, original in reversed(saved):
-            if isinstance(container, dict):
+            if key is None:
+                container.cell_contents = original
+            elif isinstance(container, dict):
                 container[key] = original
             elif original is _MISSING:
                 delattr(container, key)
@@ -403,6 +415,13 @@ def _find_student(assignment: Assignment, student) -> tuple[Any, list[dict]]:
     return student, [ns] if isinstance(ns, dict) else []
 
 
+def _closure_cells(obj) -> list:
+    """Closure cells of a function, or of a class's methods (where a copied reference could hide)."""
+    funcs = [obj] if inspect.isfunction(obj) else [v for v in vars(obj).values() if inspect.isfunction(v)] \
+        if inspect.isclass(obj) else []
+    return [c for f in funcs for c in (f.__closure__ or ())]
+
+
 def grade(assignment: str, student) -> Grade:
     """Run every check of ``assignment`` on the student's function or class (or on a namespace that defines it,
     such as a notebook's ``globals()``). Returns Grade(points, max_points, report)."""
@@ -415,7 +434,7 @@ def grade(assignment: str, student) -> Grade:
     report = []
     for name, pts, check in a.checks:
         def call(f, *args, **kwargs):
-            with locked(a.forbidden, namespaces) as hits:
+            with locked(a.forbidden, namespaces, _closure_cells(fn)) as hits:
                 try:
                     return f(*args, **kwargs)
                 finally:
@@ -618,11 +637,11 @@ def _multi_head_checks():
         m = subsequent_mask(6)
         _close(run(call, f, layer, x, m), layer(x, x, x, m)[0].detach(), "output with a causal mask")
 
-    def padding(f, call):
+    def any_mask(f, call):
         torch = _t()
         layer, x = layer_and_x(seed=3)
-        m = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:, None, None, :]
-        _close(run(call, f, layer, x, m), layer(x, x, x, m)[0].detach(), "output with a padding mask")
+        m = (torch.rand(6, 6, generator=torch.Generator().manual_seed(3)) > 0.5) | torch.eye(6, dtype=torch.bool)
+        _close(run(call, f, layer, x, m), layer(x, x, x, m)[0].detach(), "output with a (len, len) mask")
 
     def other_shapes(f, call):
         layer, x = layer_and_x(16, 4, d_k=8, seed=4, length=5)  # h * d_k = 32 != d_model
@@ -634,7 +653,7 @@ def _multi_head_checks():
             ("one head, identity projections: known values", 2, known),
             ("equals the layer, no mask", 3, plain),
             ("equals the layer with a causal mask", 2, causal),
-            ("equals the layer with a padding mask", 2, padding),
+            ("equals the layer with any (len, len) mask", 2, any_mask),
             ("any h and d_k (h * d_k != d_model too)", 2, other_shapes)]
 
 
@@ -1074,7 +1093,9 @@ def grade_notebook(path: Path, timeout: int = 600, kernel: str = "python3") -> d
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     notebook = _notebook_of(nb, path)
-    known = _reference_tests(notebook)
+    own = [e for e in find_exercises(nb, notebook) if e.test_cell is not None]  # a notebook with its markers
+    known = {_src(nb.cells[e.test_cell]).strip(): (f"test_{e.grade_id}", e.points) for e in own} \
+        or _reference_tests(notebook)
     tests = []
     for i, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
