@@ -1,3 +1,5 @@
+# Generated from book/07_model.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
+
 import copy
 from dataclasses import dataclass, replace
 
@@ -13,7 +15,7 @@ from aiayn.positional import PositionalEncoding
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters with the paper's names (Table 3). ``d_k=None`` means d_model / h."""
+    """Hyperparameters with the paper's names (Table 3). ``d_k=None`` means d_model / h; d_v always equals d_k."""
 
     vocab_size: int = 37000
     N: int = 6
@@ -45,6 +47,7 @@ class TransformerConfig:
             raise ValueError(f"pad_id={self.pad_id} is not a token id of a vocabulary of {self.vocab_size}")
 
     def replace(self, **changes) -> "TransformerConfig":
+        """A copy with some fields changed (and checked again)."""
         return replace(self, **changes)
 
 
@@ -64,7 +67,7 @@ class SublayerConnection(nn.Module):
         self.dropout = nn.Dropout(P_drop)
         self.norm_first = norm_first
 
-    def forward(self, x, sublayer):
+    def forward(self, x, sublayer):  # x: (batch, len, d_model); sublayer maps it to the same shape
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -79,7 +82,7 @@ class EncoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.P_drop)
         self.sublayer = nn.ModuleList(SublayerConnection(c.d_model, c.P_drop, c.norm_first) for _ in range(2))
 
-    def forward(self, x, src_mask):
+    def forward(self, x, src_mask):  # x: (batch, S, d_model), src_mask: (batch, 1, 1, S)
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, src_mask)[0])
         return self.sublayer[1](x, self.feed_forward)
 
@@ -94,7 +97,7 @@ class DecoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.P_drop)
         self.sublayer = nn.ModuleList(SublayerConnection(c.d_model, c.P_drop, c.norm_first) for _ in range(3))
 
-    def forward(self, x, memory, src_mask, tgt_mask, cache: dict | None = None):
+    def forward(self, x, memory, src_mask, tgt_mask, cache: dict | None = None):  # x: (batch, T, d_model)
         self_cache = src_cache = None
         if cache is not None:
             self_cache, src_cache = cache.setdefault("self", {}), cache.setdefault("src", {})
@@ -112,7 +115,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.N))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
-    def forward(self, x, src_mask):
+    def forward(self, x, src_mask):  # (batch, S, d_model) -> (batch, S, d_model)
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -126,7 +129,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.N))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
-    def forward(self, x, memory, src_mask, tgt_mask, cache: list | None = None):
+    def forward(self, x, memory, src_mask, tgt_mask, cache: list | None = None):  # (batch, T, d_model)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i])
         return self.norm(x)
@@ -149,15 +152,19 @@ class Transformer(nn.Module):
             self.generator.weight = self.src_embed.lut.weight
 
     def encode(self, src):
-        """src (batch, S) -> memory (batch, S, d_model) and the source padding mask."""
+        """src (batch, S) -> memory (batch, S, d_model) and the source padding mask (batch, 1, 1, S)."""
         src_mask = padding_mask(src, self.config.pad_id)  # (batch, 1, 1, S)
         return self.encoder(self.src_pe(self.src_embed(src)), src_mask), src_mask
 
     def decode(self, tgt, memory, src_mask, cache: list | None = None, start: int = 0):
         """tgt (batch, T) -> decoder output (batch, T, d_model). With a cache, tgt holds only new positions."""
         T = tgt.size(1)
-        tgt_mask = subsequent_mask(start + T, tgt.device)[start:] & (tgt != self.config.pad_id)[:, None, None, :] \
-            if cache is None else None  # incremental steps see every cached position
+        if cache is None:  # causal and padding mask over the whole prefix
+            tgt_mask = subsequent_mask(T, tgt.device) & (tgt != self.config.pad_id)[:, None, None, :]  # (batch, 1, T, T)
+        elif T == 1:  # one new token sees every cached position and itself
+            tgt_mask = None
+        else:  # several new tokens after `start` cached ones
+            tgt_mask = subsequent_mask(start + T, tgt.device)[start:]  # (T, start + T)
         x = self.tgt_pe(self.tgt_embed(tgt), start)
         return self.decoder(x, memory, src_mask, tgt_mask, cache)
 
