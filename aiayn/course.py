@@ -153,7 +153,8 @@ def _nbgrader_meta(grade_id: str, *, solution: bool, grade: bool, points: float 
 
 
 def _header(notebook: str) -> str:
-    url = f"https://colab.research.google.com/github/{REPO}/blob/main/book/{notebook}.ipynb"
+    folder = "course" if (COURSE / f"{notebook}.ipynb").exists() else "book"
+    url = f"https://colab.research.google.com/github/{REPO}/blob/main/{folder}/{notebook}.ipynb"
     return (f"**Student version.** Write your code where a cell says `# YOUR CODE HERE` (delete the "
             f"`raise NotImplementedError()` line) and run the cell after it: its `assert`s check your result. "
             f"The last cell of the notebook runs the autograder's checks on your functions and tells you what "
@@ -944,20 +945,23 @@ def _chain_model(chain: dict[int, int], V: int = 10):
 
 
 def _greedy_reference(model, src, max_len):
-    """Greedy decoding written plainly, for comparison: BOS, then the argmax token until EOS or max_len tokens."""
+    """Greedy decoding written plainly, for comparison: <s>, then the most probable token other than <pad> and <s>,
+    until </s> or max_len tokens."""
     torch = _t()
     memory, src_mask = model.encode(src)
     ys = torch.full((src.size(0), 1), BOS, dtype=torch.long)
     for _ in range(max_len):
-        nxt = model.generator(model.decode(ys, memory, src_mask)[:, -1]).argmax(-1, keepdim=True)
-        ys = torch.cat([ys, nxt], dim=1)
+        logits = model.generator(model.decode(ys, memory, src_mask)[:, -1])
+        logits[:, [PAD, BOS]] = -math.inf                        # never <pad> or <s>, as the book's greedy_decode
+        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
         if (ys == EOS).any(1).all():
             break
     return ys
 
 
-@_assignment("greedy", "Greedy decoding (§6.1)", "decoding", ["my_greedy_decode"],
-             "my_greedy_decode(model, src, max_len) -> token ids (batch, T), from BOS (id 1), stopping at EOS (id 2)",
+@_assignment("greedy", "Greedy decoding (§6.1)", "greedy_and_bleu", ["my_greedy_decode"],
+             "my_greedy_decode(model, src, max_len) -> token ids (batch, T) or lists: from <s> (id 1), the most probable token "
+             "other than <pad> (0) and <s> at each step, until </s> (id 2) or max_len tokens",
              ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search"], 40)
 def _greedy_checks():
     def decode(call, f, model, src, max_len):
@@ -999,7 +1003,7 @@ def _greedy_checks():
 
 # -- §6.1 BLEU --------------------------------------------------------------------------------------------
 
-@_assignment("bleu", "Corpus BLEU from scratch (§6.1)", "decoding", ["my_corpus_bleu"],
+@_assignment("bleu", "Corpus BLEU from scratch (§6.1)", "greedy_and_bleu", ["my_corpus_bleu"],
              "my_corpus_bleu(hyps: list[str], refs: list[str]) -> BLEU in [0, 100], sacreBLEU's 13a tokenisation",
              ["aiayn.bleu.corpus_bleu", "aiayn.bleu.sentence_bleu", "sacrebleu.corpus_bleu", "sacrebleu.sentence_bleu",
               "sacrebleu.metrics.bleu.BLEU.corpus_score", "sacrebleu.metrics.bleu.BLEU.sentence_score",

@@ -155,8 +155,9 @@ def my_greedy_decode(model, src, max_len):
     memory, src_mask = model.encode(src)
     ys = torch.full((src.size(0), 1), 1, dtype=torch.long)
     for _ in range(max_len):
-        nxt = model.generator(model.decode(ys, memory, src_mask)[:, -1]).argmax(-1, keepdim=True)
-        ys = torch.cat([ys, nxt], 1)
+        logits = model.generator(model.decode(ys, memory, src_mask)[:, -1])
+        logits[:, :2] = -math.inf  # never <pad> or <s>
+        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
         if (ys == 2).any(1).all():
             break
     return ys
