@@ -138,7 +138,7 @@ def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dic
     return out
 
 
-def provenance(argv: list[str], device: torch.device) -> dict:
+def provenance(command: str, device: torch.device) -> dict:
     """Where and how a result was made: device, versions, git commit (with a dirty flag), date, command line."""
     def git(*args):
         try:
@@ -150,7 +150,7 @@ def provenance(argv: list[str], device: torch.device) -> dict:
             "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or None,
             "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)])}
+            "command": command}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -316,7 +316,8 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
         "reference_check": reference_check,
         "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
         "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "limit_train_batches": args.limit_train},
-        "provenance": {**provenance(argv, device), "wall_s": phases, "time_budget_s": args.time_budget},
+        "provenance": {**provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device),
+                       "wall_s": phases, "time_budget_s": args.time_budget},
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all", flush=True)

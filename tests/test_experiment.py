@@ -127,3 +127,25 @@ def test_end_to_end_tiny_run_then_resume(multi30k_cache, tmp_path, one_thread):
             assert np.allclose(att[f"s{k}_cross"].astype(np.float32).sum(-1), 1, atol=1e-2)
             assert att[f"s{k}_tgt_tokens"][0] == "<s>" and att[f"s{k}_src_tokens"][-1] == "</s>"
     assert not list(out.rglob("*.pt"))
+
+
+def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
+    """Both benchmark scripts run on the CPU with --quick; they refuse to write such a run into results/."""
+    import os
+    import subprocess
+    import sys
+
+    root = experiment.ROOT
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for script, keys in (("train_throughput.py", {"ratio_tokens_per_s", "results", "provenance", "flops_method"}),
+                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"})):
+        out = tmp_path / f"{script}.json"
+        done = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(out)],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads(out.read_text())
+        assert keys <= set(report) and report["provenance"]["device"] == "cpu" and report["config"]["quick"]
+        refused = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out",
+                                  str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
+        assert refused.returncode != 0 and "outside results/" in refused.stderr
+    assert report["same_hypotheses"] is True
