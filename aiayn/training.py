@@ -153,15 +153,6 @@ def read_checkpoint(path: str | Path, config: TransformerConfig | None = None) -
     return state
 
 
-def average_checkpoints(paths: list[str | Path]) -> dict:
-    """The element-wise mean of the model weights of several checkpoints (§6.1 averages the last ones)."""
-    states = [read_checkpoint(p)["model"] for p in paths]
-    if not states:
-        raise CheckpointError("no checkpoints to average; train first or check the folder")
-    return {k: sum(s[k].double() for s in states).div(len(states)).to(states[0][k].dtype)
-            if states[0][k].is_floating_point() else states[0][k] for k in states[0]}
-
-
 def world() -> tuple[int, int]:
     """(rank, world size): (0, 1) unless torch.distributed has been initialised (torchrun)."""
     if dist.is_available() and dist.is_initialized():
@@ -449,6 +440,8 @@ def main(argv: list[str] | None = None) -> dict:
                       bf16=not args.no_bf16, seed=args.seed, progress=not args.no_progress)
     history = train(model, train_data, val_data, cfg, resume=args.resume)
     if args.average_last and rank == 0:
+        from aiayn.decoding import average_checkpoints  # §6.1
+
         paths = checkpoints(args.ckpt_dir)[-args.average_last:]
         torch.save({"model_config": dataclasses.asdict(model.config), "model": average_checkpoints(paths)},
                    Path(args.ckpt_dir) / "averaged.pt")
