@@ -26,7 +26,6 @@ from sacremoses import MosesTokenizer
 from aiayn import bleu, data
 from aiayn.decoding import BOS, EOS, average_checkpoints, translate
 from aiayn.model import PRESETS, TransformerConfig, count_parameters, make_model
-from aiayn.multi_head import MultiHeadAttention
 from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, _overrides, checkpoints,
                             evaluate, multi30k_batches, read_checkpoint, train)
 
@@ -39,23 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class ExperimentError(RuntimeError):
     """A bad option or a checkpoint folder that does not fit the request; the message says what to do."""
-
-
-class Deadline(int):
-    """An update limit for TrainConfig.max_updates that is also reached once a wall-clock deadline passes.
-
-    The loop tests ``step >= max_updates``; Python asks this int subclass first (``__le__``), which checks the clock."""
-
-    def __new__(cls, limit: int, deadline: float):
-        self = super().__new__(cls, limit)
-        self.deadline = deadline
-        return self
-
-    def __le__(self, step):
-        return time.perf_counter() >= self.deadline or int(self) <= step
-
-    def __reduce__(self):  # checkpoints store a plain int
-        return int, (int(self),)
 
 
 def moses_tokenize(lines, lang: str) -> list[str]:
@@ -247,19 +229,16 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
                       max_updates=args.max_updates, ckpt_dir=str(ckpt_dir),
                       keep_last=max(args.average_last, 2), save_every=args.save_every,
                       bf16=not args.no_bf16, seed=args.seed, progress=args.progress)
-    deadline = None
     if args.time_budget is not None:
-        deadline = started + args.time_budget - args.eval_reserve
-        if deadline <= time.perf_counter() and not args.eval_only:
+        cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
+        if cfg.max_seconds <= 0 and not args.eval_only:
             raise ExperimentError(f"--time-budget {args.time_budget:g} s leaves no time to train after "
                                   f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s")
-        cfg.max_updates = Deadline(args.max_updates or sys.maxsize, deadline)
     if args.eval_only:
         history = read_checkpoint(existing[-1])["progress"]["history"]
     else:
         history = train(model, train_data, val_data, cfg, resume=bool(existing))
     last = read_checkpoint(checkpoints(ckpt_dir)[-1])["progress"]
-    cfg.max_updates = args.max_updates  # a plain int again, for metrics.json
     if args.max_updates and last["step"] >= args.max_updates:
         stopped_by = "max_updates"
     elif last["early_stopped"]:

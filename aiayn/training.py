@@ -80,6 +80,7 @@ class TrainConfig:
     accum: int = 1                # micro-batches per optimizer update (gradient accumulation)
     epochs: int = 1
     max_updates: int | None = None
+    max_seconds: float | None = None  # stop (and save) after this much wall time in one call
     eps_ls: float | None = None   # None: the model config's eps_ls
     clip_norm: float | None = None
     ckpt_dir: str | None = None
@@ -235,7 +236,20 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
     net = nn.parallel.DistributedDataParallel(model) if size > 1 else model
     save = (lambda: _save(cfg.ckpt_dir, model, optimizer, scheduler, progress, cfg)) if cfg.ckpt_dir else (lambda: None)
 
-    reached = bool(cfg.max_updates and progress["step"] >= cfg.max_updates)
+    started = time.perf_counter()
+
+    def limit() -> str | None:
+        """Which limit ends the run now, if any; under DDP every rank must agree, so rank 0's clock decides."""
+        if cfg.max_updates and progress["step"] >= cfg.max_updates:
+            return "max_updates"
+        if cfg.max_seconds is None:
+            return None
+        late = torch.tensor(float(time.perf_counter() - started >= cfg.max_seconds))
+        if size > 1:
+            dist.broadcast(late, src=0)
+        return "max_seconds" if late.item() else None
+
+    reached = limit()
     while progress["epoch"] < cfg.epochs and not progress["early_stopped"] and not reached:
         items = _epoch_batches(train_batches, progress["epoch"], rank, size)
         model.train()
@@ -279,7 +293,7 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
                 history[key].append(value)
             bar.set_postfix(loss=f"{loss_per_token:.3f}", tok_s=f"{seen / (time.perf_counter() - t0):.0f}",
                             lr=f"{lr:.2e}", refresh=False)
-            reached = bool(cfg.max_updates and progress["step"] >= cfg.max_updates)
+            reached = limit()
             if reached:
                 break
             if cfg.save_every and progress["step"] % cfg.save_every == 0:
@@ -287,7 +301,7 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
         bar.close()
         if reached:
             if cfg.log and rank == 0:
-                print(f"stopped after {progress['step']} updates (max_updates), train loss {history['loss'][-1]:.3f}")
+                print(f"stopped after {progress['step']} updates ({reached}), train loss {history['loss'][-1]:.3f}")
             save()
             break
         progress["epoch"] += 1
@@ -413,7 +427,7 @@ def _overrides(pairs: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if "RANK" in os.environ and not dist.is_initialized():  # started by torchrun
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")  # token counts are CPU tensors
     rank, size = world()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":

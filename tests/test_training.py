@@ -1,9 +1,8 @@
 """§5.2–5.4: schedule values, label smoothing, accumulation, resume, DDP, checkpoint errors, the copy task."""
 import math
-import os
 import subprocess
 import sys
-import tempfile
+import time
 
 import pytest
 import torch
@@ -224,3 +223,17 @@ def test_command_line_help():
     for option in ("--preset", "--direction", "--bpe-size", "--max-tokens", "--max-updates", "--warmup", "--factor",
                    "--ckpt-dir", "--average-last", "--resume"):
         assert option in result.stdout
+
+
+def test_max_seconds_stops_and_saves_then_resume_continues(tmp_path):
+    data = copy_batches(20, 8, 10, 14)
+    train(tiny(), data[:1], cfg=TrainConfig(max_updates=1, **QUIET))  # first-call costs out of the way
+    cfg = TrainConfig(warmup=20, epochs=10**6, max_seconds=1.0, ckpt_dir=str(tmp_path), **QUIET)
+    start = time.perf_counter()
+    history = train(tiny(), data, cfg=cfg)
+    assert time.perf_counter() - start < 10 and 0 < history["step"][-1] < 20 * 10**6
+    last = read_checkpoint(checkpoints(tmp_path)[-1])
+    assert last["progress"]["step"] == history["step"][-1]  # saved where it stopped
+    more = train(tiny(), data, cfg=TrainConfig(warmup=20, epochs=10**6, max_updates=history["step"][-1] + 3,
+                                              ckpt_dir=str(tmp_path), **QUIET), resume=True)
+    assert more["step"][-4:] == [history["step"][-1] + i for i in range(4)]
