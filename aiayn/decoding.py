@@ -148,12 +148,12 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
 def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64):
     """Translate strings with beam search (§6.1: K = 4, α = 0.6); a single string gives a single string.
 
-    An empty sentence (no tokens) gives "". A sentence longer than ``model.config.max_len`` tokens (</s> included)
+    An empty or blank sentence gives "". A sentence longer than ``model.config.max_len`` tokens (</s> included)
     raises ValueError. Unknown characters are the tokenizer's business: its byte tokens or <unk> stand for them.
     """
     single = isinstance(sentences, str)
     sentences = [sentences] if single else list(sentences)
-    ids = [tokenizer.encode(s) for s in sentences]
+    ids = [tokenizer.encode(s) if s.strip() else [] for s in sentences]  # blank: nothing to translate
     limit = model.config.max_len
     for i, x in enumerate(ids):
         if len(x) + 1 > limit:
