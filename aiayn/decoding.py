@@ -145,15 +145,17 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     return [strip_specials(row, pad) for row in hyps], scores.gather(1, best[:, None]).squeeze(1)
 
 
-def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64):
+def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
+              lang: str | None = None):
     """Translate strings with beam search (§6.1: K = 4, α = 0.6); a single string gives a single string.
 
+    ``lang`` is the source language, whose word rules split the text (default: the tokenizer's first language).
     An empty or blank sentence gives "". A sentence longer than ``model.config.max_len`` tokens (</s> included)
     raises ValueError. Unknown characters are the tokenizer's business: its byte tokens or <unk> stand for them.
     """
     single = isinstance(sentences, str)
     sentences = [sentences] if single else list(sentences)
-    ids = [tokenizer.encode(s) if s.strip() else [] for s in sentences]  # blank: nothing to translate
+    ids = [tokenizer.encode(s, lang) if s.strip() else [] for s in sentences]  # blank: nothing to translate
     limit = model.config.max_len
     for i, x in enumerate(ids):
         if len(x) + 1 > limit:

@@ -66,19 +66,6 @@ def check_reference_length() -> dict:
     return {"test2016_de_tokens": n, "expected": WU_REF_LEN, "ok": n == WU_REF_LEN}
 
 
-class SourceSide:
-    """The tokenizer as translate() uses it, but encoding with the source language's word rules."""
-
-    def __init__(self, tokenizer, lang: str):
-        self.tokenizer, self.lang = tokenizer, lang
-
-    def encode(self, sentence: str) -> list[int]:
-        return self.tokenizer.encode(sentence, self.lang)
-
-    def decode(self, ids) -> str:
-        return self.tokenizer.decode(ids)
-
-
 @torch.no_grad()
 def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dict:
     """Encoder self, decoder self and cross attention (layers, h, rows, cols) of each pair's beam output, float16."""
@@ -102,7 +89,7 @@ def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dic
     model.eval()
     try:
         for k, (source, reference) in enumerate(pairs):
-            hypothesis = translate(model, SourceSide(tokenizer, src_lang), source, BEAM, ALPHA)
+            hypothesis = translate(model, tokenizer, source, BEAM, ALPHA, lang=src_lang)
             src_ids = tokenizer.encode(source, src_lang) + [EOS]
             tgt_ids = [BOS] + tokenizer.encode(hypothesis, tgt_lang)  # decoder inputs: <s> y_1 ... y_n
             memory, src_mask = model.encode(torch.tensor([src_ids], device=device))
@@ -263,13 +250,12 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
     scores, decode_s, reference_check = {}, {}, check_reference_length()
     print(f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
           f"tokens ({'equals' if reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})", flush=True)
-    source_side = SourceSide(tokenizer, src_lang)
     tick = time.perf_counter()
     for split in SCORED:
         start = time.perf_counter()
         pairs = data.load(split, src_lang, tgt_lang)
-        hyps = [h.replace("\n", " ") for h in translate(model, source_side, [s for s, _ in pairs], BEAM, ALPHA,
-                                                          args.decode_batch)]
+        hyps = [h.replace("\n", " ") for h in translate(model, tokenizer, [s for s, _ in pairs], BEAM, ALPHA,
+                                                          args.decode_batch, lang=src_lang)]
         decode_s[split] = time.perf_counter() - start
         (out / f"hyp.{split}.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         scores[split] = {"file": f"{data.SPLITS[split][0]}.{tgt_lang}", "sentences": len(pairs),

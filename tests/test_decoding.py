@@ -263,6 +263,14 @@ def test_translate_is_beam_search_with_k4_alpha06(tok, translator):
     assert isinstance(translate(translator, tok, sentence), str)
 
 
+def test_translate_splits_words_by_the_source_language(tok, translator):
+    sentence = "Don't go."  # spaCy's English rules split it into "Do" and "n't"; its German rules keep "Don't"
+    assert tok.encode(sentence, "de") != tok.encode(sentence, "en")
+    src = torch.tensor([tok.encode(sentence, "de") + [EOS]])
+    hyp = beam_search(translator, src, beam_size=4, alpha=0.6)[0][0]
+    assert translate(translator, tok, sentence, lang="de") == tok.decode(hyp)
+
+
 def test_translate_keeps_the_order_of_a_batch(tok, translator):
     sentences = ["Eine Frau sitzt.", "Zwei Hunde spielen im Schnee auf einer Bank.", "Ein Mann.", "Holz"]
     alone = [translate(translator, tok, s) for s in sentences]
