@@ -1,0 +1,288 @@
+"""§6.2, Table 3 at Multi30k scale: each variation of the `multi30k` model trained, beam-searched and scored on val.
+
+    python -m aiayn.variations --list
+    python -m aiayn.variations --rows base A --seeds 0 1 --budget 80 --out results/variations
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from aiayn import experiment
+from aiayn.model import PRESETS, TransformerConfig, parameter_count
+
+ROOT = experiment.ROOT
+BASE = "multi30k"
+STARTUP_S = 20  # imports, CUDA start and the shared BPE before the first run, added to the estimate
+
+
+class VariationsError(RuntimeError):
+    """A bad option; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of Table 3 at our scale: TransformerConfig changes to the base and the paper's row it mirrors."""
+
+    name: str
+    family: str  # "base" or A–E
+    changes: dict = field(default_factory=dict)
+    paper_row: str | None = None  # the paper's row, in its own values; None where the paper has no such row
+    ppl: float | None = None  # the paper's newstest2013 dev perplexity (per wordpiece)
+    bleu: float | None = None  # the paper's newstest2013 dev BLEU
+    params: int | None = None  # the paper's parameter count ×10^6 (blank in the paper for rows A, D, E)
+    note: str = ""
+
+    def paper(self) -> dict:
+        """The paper's Table 3 values of this row, None where it has none."""
+        return {"row": self.paper_row, "ppl_dev": self.ppl, "bleu_dev": self.bleu, "params_1e6": self.params}
+
+
+# Paper values: Table 3 of Vaswani et al. (2017), newstest2013. Our base (N=4, d_model=256, h=4, d_k=64,
+# P_drop=0.3) mirrors the paper's base (N=6, d_model=512, h=8, d_k=64, P_drop=0.1).
+ROWS = [
+    Row("base", "base", {}, "base", 4.92, 25.8, 65,
+        "the paper's base: N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, eps_ls=0.1"),
+    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", 5.29, 24.9, None, "one head, as the paper's single-head row"),
+    Row("A-h2", "A", {"h": 2}, "h=4, d_k=d_v=128", 5.00, 25.5, None, "same d_k as the paper's row"),
+    Row("A-h8", "A", {"h": 8}, "h=16, d_k=d_v=32", 4.91, 25.8, None, "same d_k as the paper's row"),
+    Row("A-h16", "A", {"h": 16}, "h=32, d_k=d_v=16", 5.01, 25.4, None, "same d_k as the paper's row"),
+    Row("B-d_k16", "B", {"d_k": 16}, "d_k=16", 5.16, 25.1, 58,
+        "aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64"),
+    Row("B-d_k32", "B", {"d_k": 32}, "d_k=32", 5.01, 25.4, 60,
+        "aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64"),
+    Row("C-N2", "C", {"N": 2}, "N=4", 5.19, 25.3, 50, "two layers fewer than base, as the paper's N=4"),
+    Row("C-N6", "C", {"N": 6}, "N=8", 4.88, 25.5, 80, "two layers more than base, as the paper's N=8"),
+    Row("C-d_model128", "C", {"d_model": 128, "d_ff": 512}, "d_model=256, d_k=d_v=32", 5.75, 24.5, 28,
+        "d_ff = 4·d_model here; the paper's row keeps d_ff = 2048 (its 28M count needs it)"),
+    Row("C-d_model512", "C", {"d_model": 512, "d_ff": 2048}, "d_model=1024, d_k=d_v=128", 4.66, 26.0, 168,
+        "d_ff = 4·d_model here; the paper's row keeps d_ff = 2048 (its 168M count needs it)"),
+    Row("C-d_ff512", "C", {"d_ff": 512}, "d_ff=1024", 5.12, 25.4, 53, "half of base, as in the paper"),
+    Row("C-d_ff2048", "C", {"d_ff": 2048}, "d_ff=4096", 4.75, 26.2, 90, "twice base, as in the paper"),
+    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", 5.77, 24.6, None, "no dropout"),
+    Row("D-P_drop0.1", "D", {"P_drop": 0.1}, None, None, None, None,
+        "no paper row: less dropout than our base (the paper's base uses P_drop = 0.1)"),
+    Row("D-P_drop0.5", "D", {"P_drop": 0.5}, "P_drop=0.2", 4.95, 25.5, None,
+        "more dropout than base, as the paper's 0.2"),
+    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", 4.67, 25.3, None, "no label smoothing"),
+    Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", 5.47, 25.7, None, "twice base, as in the paper"),
+    Row("E-learned", "E", {"learned_positions": True}, "positional embedding instead of sinusoids", 4.92, 25.7, None,
+        "learned positional embeddings (up to max_len positions)"),
+]
+BY_NAME = {row.name: row for row in ROWS}
+FAMILIES = ("base", "A", "B", "C", "D", "E")
+
+
+def base_config(base_set: list[str] | None = None) -> TransformerConfig:
+    """The `multi30k` preset with the --base-set changes (e.g. a tiny model for a smoke test)."""
+    return PRESETS[BASE].replace(**experiment.model_overrides(base_set or []))
+
+
+def config(row: Row, base_set: list[str] | None = None) -> TransformerConfig:
+    """The row's TransformerConfig: the base with the row's changes."""
+    return base_config(base_set).replace(**row.changes)
+
+
+def select(names: list[str]) -> list[Row]:
+    """Rows by name, by family letter (A–E), "base" or "all", in Table 3 order."""
+    wanted = set()
+    for name in names:
+        if name == "all":
+            wanted |= set(BY_NAME)
+        elif name in FAMILIES:
+            wanted |= {row.name for row in ROWS if row.family == name}
+        elif name in BY_NAME:
+            wanted.add(name)
+        else:
+            raise VariationsError(f"--rows {name}: unknown row; give a family ({', '.join(FAMILIES)}), 'all', "
+                                  f"or a row name from --list: {', '.join(BY_NAME)}")
+    return [row for row in ROWS if row.name in wanted]
+
+
+def describe(row: Row, c: TransformerConfig) -> str:
+    """The row's changes as FIELD=VALUE, with the d_k (= d_v) that follows from them."""
+    text = " ".join(f"{k}={v}" for k, v in row.changes.items()) or "-"
+    if any(k in row.changes for k in ("h", "d_model")):
+        text += f" (d_k=d_v={c.d_k or c.d_model // c.h})"
+    return text
+
+
+def listing() -> str:
+    """Every row: name, family, changes to the base, our parameter count, and the paper's Table 3 values."""
+    def cell(value, fmt):
+        return "-" if value is None else format(value, fmt)
+    lines = [f"Base: the '{BASE}' preset {PRESETS[BASE]}",
+             "Paper: Table 3, newstest2013 dev (PPL per wordpiece, BLEU, params ×10^6; '-' where the paper has none).",
+             f"{'row':14s}{'family':7s}{'changes to base':36s}{'ours ×10^6':>11s}  {'paper row':43s}"
+             f"{'PPL':>6s}{'BLEU':>6s}{'params':>7s}"]
+    for row in ROWS:
+        c = config(row)
+        lines.append(f"{row.name:14s}{row.family:7s}{describe(row, c):36s}{parameter_count(c) / 1e6:>11.2f}  "
+                     f"{row.paper_row or '-':43s}{cell(row.ppl, '.2f'):>6s}{cell(row.bleu, '.1f'):>6s}"
+                     f"{cell(row.params, 'd'):>7s}")
+        if row.note:
+            lines.append(f"{'':21s}{row.note}")
+    return "\n".join(lines)
+
+
+def record(row: Row, seed: int, metrics: dict) -> dict:
+    """One run's line of summary.json, taken from its metrics.json."""
+    return {"row": row.name, "family": row.family, "seed": seed, "changes": row.changes,
+            "val_ppl": metrics["val"]["ppl"], "val_bleu": metrics["bleu"]["val"]["sacrebleu"]["score"],
+            "val_bleu_tok_lc": metrics["bleu"]["val"]["tok_lc"]["score"], "parameters": metrics["parameters"],
+            "train_s": metrics["provenance"]["wall_s"]["train"], "total_s": metrics["provenance"]["wall_s"]["total"],
+            "updates": metrics["updates"], "epochs": metrics["epochs"], "stopped_by": metrics["stopped_by"],
+            "time_budget_s": metrics["provenance"]["time_budget_s"], "device": metrics["provenance"]["device"],
+            "git_commit": metrics["provenance"]["git_commit"], "paper": row.paper()}
+
+
+def write_summary(out: Path, failures: list[dict], command: str) -> dict:
+    """summary.json from every <row>-s<seed>/metrics.json under out, with means over seeds per row."""
+    def seed(path):
+        return int(path.parent.name.rsplit("-s", 1)[1])
+    runs = []
+    for row in ROWS:
+        for path in sorted(out.glob(f"{row.name}-s*/metrics.json"), key=seed):
+            runs.append(record(row, seed(path), json.loads(path.read_text("utf-8"))))
+    by_row = {}
+    for name in dict.fromkeys(r["row"] for r in runs):
+        mine = [r for r in runs if r["row"] == name]
+        by_row[name] = {"seeds": [r["seed"] for r in mine], "paper": BY_NAME[name].paper(),
+                        **{f"{key}_mean": statistics.fmean(r[key] for r in mine)
+                           for key in ("val_ppl", "val_bleu", "val_bleu_tok_lc")},
+                        **{f"{key}_sd": statistics.stdev(r[key] for r in mine) if len(mine) > 1 else None
+                           for key in ("val_ppl", "val_bleu")}}
+    summary = {"base": BASE, "paper_table": "Table 3 (newstest2013 dev), Vaswani et al. 2017",
+               "scored": "Multi30k val, beam K=4, alpha=0.6", "runs": runs, "by_row": by_row, "failed": failures,
+               "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "command": command}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return summary
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m aiayn.variations", description="Table 3 (§6.2) at Multi30k scale: "
+                                "train each variation of the multi30k model through aiayn.experiment and score val.")
+    p.add_argument("--list", action="store_true", help="print every row with the paper's values and stop")
+    p.add_argument("--rows", nargs="+", default=["all"], help="row names, families (A-E), base, or all")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--budget", type=float, default=80.0, help="seconds per run (aiayn.experiment --time-budget)")
+    p.add_argument("--max-total", type=float, default=540.0,
+                   help="refuse when the runs to do × --budget exceed this many seconds")
+    p.add_argument("--out", default=str(ROOT / "results" / "variations"), help="one folder <row>-s<seed> per run")
+    p.add_argument("--ckpt-root", default=str(ROOT / "checkpoints" / "variations"), help="scratch for checkpoints")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoints (default: delete)")
+    p.add_argument("--base-set", nargs="*", default=[], metavar="FIELD=VALUE", help="change the base config first")
+    p.add_argument("--direction", choices=("en-de", "de-en"), default="en-de")
+    p.add_argument("--bpe-size", type=int, default=8000)
+    p.add_argument("--average-last", type=int, default=1, help="the paper's Table 3 uses no checkpoint averaging")
+    p.add_argument("--eval-reserve", type=float, default=25.0, help="seconds of each budget kept for scoring val")
+    for name in ("--max-tokens", "--max-updates", "--warmup", "--limit-train", "--decode-batch"):
+        p.add_argument(name, type=int, default=None, help="passed to aiayn.experiment")
+    p.add_argument("--factor", type=float, default=None, help="passed to aiayn.experiment")
+    return p.parse_args(argv)
+
+
+def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ckpt: Path) -> list[str]:
+    """The aiayn.experiment command line of one (row, seed) run."""
+    changes = {**experiment.model_overrides(args.base_set), **row.changes}
+    argv = ["--direction", args.direction, "--out", str(out), "--ckpt-dir", str(ckpt), "--preset", BASE,
+            "--set", *(f"{k}={v}" for k, v in changes.items()), "--bpe-size", str(args.bpe_size),
+            "--average-last", str(args.average_last), "--eval-reserve", f"{args.eval_reserve:g}",
+            "--time-budget", f"{args.budget:g}", "--seed", str(seed), "--splits", "val"]
+    for name in ("max_tokens", "max_updates", "warmup", "limit_train", "decode_batch", "factor"):
+        if getattr(args, name) is not None:
+            argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return argv
+
+
+def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
+    """Check the plan against --max-total, then run each (row, seed) without metrics.json; 0 if all succeed."""
+    rows = select(args.rows)
+    for row in rows:
+        try:
+            config(row, args.base_set)
+        except (TypeError, ValueError) as err:
+            raise VariationsError(f"row {row.name} on --base-set {' '.join(args.base_set)}: {err}; "
+                                  f"choose a base where every chosen row is valid") from None
+    out, ckpt_root = Path(args.out), Path(args.ckpt_root)
+    if not torch.cuda.is_available() and out.resolve().is_relative_to((ROOT / "results").resolve()):
+        raise VariationsError(f"--out {out} is in results/, which holds GPU runs only; this machine has no GPU: "
+                              f"pass --out with a path outside results/")
+    if ckpt_root.resolve().is_relative_to(out.resolve()):
+        raise VariationsError(f"--ckpt-root {ckpt_root} lies inside --out {out}; results hold no checkpoints")
+    plan = [(row, seed) for row in rows for seed in args.seeds]
+    todo = [(row, seed) for row, seed in plan if not (out / f"{row.name}-s{seed}" / "metrics.json").is_file()]
+    need = len(todo) * args.budget
+    print(f"{len(plan)} runs chosen, {len(plan) - len(todo)} already done; {len(todo)} × {args.budget:g} s = "
+          f"{need:.0f} s, about {need + STARTUP_S:.0f} s with start-up (--max-total {args.max_total:g} s)", flush=True)
+    if need > args.max_total:
+        fit = int(args.max_total // args.budget)
+        raise VariationsError(f"{len(todo)} runs × --budget {args.budget:g} s = {need:.0f} s exceeds --max-total "
+                              f"{args.max_total:g} s; choose fewer --rows or --seeds (at most {fit} runs fit) and "
+                              f"run the rest in another call: finished runs are skipped")
+    command = " ".join(["python -m aiayn.variations", *argv])
+    failures = []
+    if todo:
+        tokenizer = ckpt_root / f"tokenizer-{args.bpe_size}.json"
+        from aiayn.tokenization import multi30k_tokenizer
+        multi30k_tokenizer(args.bpe_size, tokenizer)  # learned once, copied into every run
+    for k, (row, seed) in enumerate(todo):
+        name = f"{row.name}-s{seed}"
+        ckpt = ckpt_root / name
+        shutil.rmtree(ckpt, ignore_errors=True)  # an interrupted run starts again from scratch
+        ckpt.mkdir(parents=True)
+        shutil.copyfile(tokenizer, ckpt / "tokenizer.json")
+        print(f"\n== {name} ({k + 1}/{len(todo)}): {describe(row, config(row, args.base_set))}", flush=True)
+        try:
+            code = experiment.main(experiment_argv(args, row, seed, out / name, ckpt))  # its budget starts now
+            if code:
+                failures.append({"run": name, "error": f"aiayn.experiment exited with {code} (message above)"})
+        except Exception as err:  # noqa: BLE001  one failed run (e.g. out of memory) must not stop the others
+            failures.append({"run": name, "error": f"{type(err).__name__}: {err}"})
+            print(f"error: {name} failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        if not args.keep_checkpoints:
+            shutil.rmtree(ckpt, ignore_errors=True)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        write_summary(out, failures, command)
+    summary = write_summary(out, failures, command)
+    print(f"\nwrote {out}/summary.json: {len(summary['runs'])} runs; "
+          f"{time.perf_counter() - started:.0f} s in all", flush=True)
+    for r in summary["runs"]:
+        print(f"{r['row']:14s} s{r['seed']}  val ppl {r['val_ppl']:7.2f}  BLEU {r['val_bleu']:5.2f}  "
+              f"(tok, lc {r['val_bleu_tok_lc']:5.2f})  {r['parameters'] / 1e6:6.2f}M  {r['updates']} updates")
+    if failures:
+        print(f"{len(failures)} runs failed: {', '.join(f['run'] for f in failures)}; call again to retry them",
+              file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: --list, or the chosen runs."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.list:
+        print(listing())
+        return 0
+    try:
+        return run(args, argv, time.perf_counter())
+    except (VariationsError, experiment.ExperimentError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Table 3 at Multi30k scale: the rows, their configs and counts, the budget guard, and a tiny run of two rows."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from aiayn import variations
+from aiayn.model import PRESETS, count_parameters, make_model, parameter_count
+
+BASE = PRESETS["multi30k"]
+EXPECTED = {  # Table 3's families at our scale: the changes to the multi30k preset
+    "base": {},
+    "A-h1": {"h": 1}, "A-h2": {"h": 2}, "A-h8": {"h": 8}, "A-h16": {"h": 16},
+    "B-d_k16": {"d_k": 16}, "B-d_k32": {"d_k": 32},
+    "C-N2": {"N": 2}, "C-N6": {"N": 6}, "C-d_model128": {"d_model": 128, "d_ff": 512},
+    "C-d_model512": {"d_model": 512, "d_ff": 2048}, "C-d_ff512": {"d_ff": 512}, "C-d_ff2048": {"d_ff": 2048},
+    "D-P_drop0": {"P_drop": 0.0}, "D-P_drop0.1": {"P_drop": 0.1}, "D-P_drop0.5": {"P_drop": 0.5},
+    "D-eps_ls0": {"eps_ls": 0.0}, "D-eps_ls0.2": {"eps_ls": 0.2},
+    "E-learned": {"learned_positions": True},
+}
+TINY = ["--base-set", "d_model=32", "N=1", "d_ff=64", "h=2", "--bpe-size", "1000", "--limit-train", "200",
+        "--max-updates", "5", "--decode-batch", "256", "--budget", "240", "--max-total", "600"]
+
+
+def differences(c):
+    return {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(BASE, f.name)}
+
+
+def test_every_row_is_valid_and_differs_from_base_exactly_as_listed():
+    assert [row.name for row in variations.ROWS] == list(EXPECTED)
+    for row in variations.ROWS:
+        assert row.changes == EXPECTED[row.name] and row.family == row.name.split("-")[0]
+        assert differences(variations.config(row)) == row.changes  # valid (checked on creation), nothing else moved
+    for name in ("C-d_model128", "C-d_model512"):
+        c = variations.config(variations.BY_NAME[name])
+        assert c.d_ff == 4 * c.d_model and c.h == BASE.h
+
+
+def test_heads_keep_compute_constant_and_key_size_shrinks():
+    for row in variations.select(["A"]):
+        c = variations.config(row)
+        assert c.d_k is None and c.h * (c.d_model // c.h) == c.d_model == 256
+    assert [variations.config(r).h * variations.config(r).d_k for r in variations.select(["B"])] == [64, 128]
+    assert BASE.d_model // BASE.h == 64  # base d_k, as the paper's
+
+
+def test_parameter_counts_and_paper_values():
+    for name, n in [("base", 9_420_800), ("A-h1", 9_420_800), ("B-d_k16", 7_054_592), ("C-N6", 13_107_200),
+                    ("C-d_model512", 33_521_664), ("E-learned", 9_551_872)]:
+        c = variations.config(variations.BY_NAME[name])
+        assert parameter_count(c) == n
+        if name in ("base", "B-d_k16", "E-learned"):
+            assert count_parameters(make_model(c)) == n
+    paper = {row.name: (row.ppl, row.bleu, row.params) for row in variations.ROWS}
+    assert paper["base"] == (4.92, 25.8, 65) and paper["A-h1"] == (5.29, 24.9, None)
+    assert paper["C-d_model512"] == (4.66, 26.0, 168) and paper["E-learned"] == (4.92, 25.7, None)
+    assert paper["D-P_drop0.1"] == (None, None, None)
+    assert {r.name for r in variations.ROWS if r.params is not None} == {"base", *EXPECTED} - {
+        n for n in EXPECTED if n[0] in "ADE"}
+
+
+def test_list_and_selection(capsys):
+    assert variations.main(["--list"]) == 0
+    text = capsys.readouterr().out
+    assert all(name in text for name in EXPECTED) and "5.29" in text and "d_k=d_v=16" in text
+    assert [r.name for r in variations.select(["E", "base", "C-N2"])] == ["base", "C-N2", "E-learned"]
+    assert len(variations.select(["all"])) == 19
+    with pytest.raises(variations.VariationsError, match="unknown row"):
+        variations.select(["F"])
+
+
+def test_budget_guard_refuses(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--rows", "all", "--seeds", "0", "1", "--budget", "80", "--out", str(out), "--ckpt-root", str(tmp_path)]
+    assert variations.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "38 runs × --budget 80 s = 3040 s exceeds --max-total 540 s" in err and "at most 6 runs fit" in err
+    assert not out.exists()
+    if not torch.cuda.is_available():
+        assert variations.main(["--rows", "base", "--out", str(variations.ROOT / "results" / "variations")]) == 2
+        assert "outside results/" in capsys.readouterr().err
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads cost more than they give
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_two_tiny_rows_end_to_end_then_skipped(multi30k_cache, tmp_path, one_thread, capsys):
+    out, ck = tmp_path / "variations", tmp_path / "ck"
+    argv = ["--rows", "A-h1", "E-learned", "--out", str(out), "--ckpt-root", str(ck), *TINY]
+    assert variations.main(argv) == 0
+    for name in ("A-h1-s0", "E-learned-s0"):
+        assert {p.name for p in (out / name).iterdir()} == {"metrics.json", "history.json", "attention.npz",
+                                                            "hyp.val.txt"}
+        metrics = json.loads((out / name / "metrics.json").read_text())
+        assert set(metrics["bleu"]) == {"val"} and metrics["reference_check"] is None
+        assert metrics["updates"] == 5 and metrics["model_config"]["d_model"] == 32
+        assert metrics["parameters"] == parameter_count(variations.config(variations.BY_NAME[name[:-3]],
+                                                                            TINY[1:5]).replace(vocab_size=1000))
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["row"], r["seed"]) for r in summary["runs"]] == [("A-h1", 0), ("E-learned", 0)]
+    assert set(summary["runs"][0]) == {"row", "family", "seed", "changes", "val_ppl", "val_bleu", "val_bleu_tok_lc",
+                                       "parameters", "train_s", "total_s", "updates", "epochs", "stopped_by",
+                                       "time_budget_s", "device", "git_commit", "paper"}
+    assert summary["runs"][1]["changes"] == {"learned_positions": True} and summary["failed"] == []
+    assert summary["by_row"]["A-h1"]["val_ppl_sd"] is None and summary["runs"][0]["paper"]["bleu_dev"] == 24.9
+    assert [p.name for p in ck.iterdir()] == ["tokenizer-1000.json"]  # checkpoints deleted after each run
+    capsys.readouterr()
+    assert variations.main(argv) == 0
+    assert "2 runs chosen, 2 already done" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text())["runs"] == summary["runs"]
