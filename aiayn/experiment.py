@@ -10,11 +10,8 @@ T0 = time.perf_counter()  # the run's clock starts before the heavy imports
 
 import argparse
 import dataclasses
-import datetime
 import json
-import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from sacremoses import MosesTokenizer
 from aiayn import bleu, data
 from aiayn.decoding import BOS, EOS, average_checkpoints, translate
 from aiayn.model import PRESETS, TransformerConfig, count_parameters, make_model
+from aiayn.provenance import ROOT, provenance
 from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, _overrides, checkpoints,
                             evaluate, multi30k_batches, read_checkpoint, train)
 
@@ -33,7 +31,6 @@ TEST_SPLITS = ("test2016", "test2017", "mscoco2017", "test2018")
 SCORED = ("val",) + TEST_SPLITS
 WU_REF_LEN = 12103  # test 2016 German references, lowercased and Moses-tokenised (Wu et al., 2021)
 BEAM, ALPHA = 4, 0.6  # §6.1; the output limit, input length + 50, is aiayn.decoding's default
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class ExperimentError(RuntimeError):
@@ -105,21 +102,6 @@ def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dic
         for hook in hooks:
             hook.remove()
     return out
-
-
-def provenance(command: str, device: torch.device) -> dict:
-    """Where and how a result was made: device, versions, git commit (with a dirty flag), date, command line."""
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
-            "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or None,
-            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": command}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aiayn.experiment import provenance  # noqa: E402
+from aiayn.provenance import provenance  # noqa: E402  (needs torch alone, so the benchmarks run without spaCy)
 
 
 def output_path(out: str | None, name: str, device, quick: bool) -> Path:
