@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import sacrebleu
 
-from aiayn.experiment import ROOT
+from aiayn.experiment import ROOT, SCORED
 
 RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))  # a clone's results/; set AIAYN_RESULTS elsewhere
 DIRECTIONS = ("en-de", "de-en")
-SPLITS = ("val", "test2016", "test2017", "mscoco2017", "test2018")
+SPLITS = SCORED  # val and the four test sets, as the experiment scores them
 TIME_BUDGET = 540  # seconds per direction on one H100: training stops when 90 s are left for decoding and scoring
 
 
