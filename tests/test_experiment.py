@@ -249,7 +249,7 @@ def test_two_processes_equal_one_with_accumulation(encoded_cache, tmp_path):
 
 
 def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
-    """Both benchmark scripts run on the CPU with --quick; they refuse to write such a run into results/."""
+    """The benchmark scripts run on the CPU with --quick; they refuse to write such a run into results/."""
     import os
     import subprocess
     import sys
@@ -257,14 +257,16 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
     root = experiment.ROOT
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for script, keys in (("train_throughput.py", {"ratio_tokens_per_s", "results", "provenance", "flops_method"}),
-                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"})):
+                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"}),
+                         ("epoch_cost.py", {"batches", "loop", "provenance"})):
         out = tmp_path / f"{script}.json"
         done = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(out)],
                               cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(out.read_text())
         assert keys <= set(report) and report["provenance"]["device"] == "cpu" and report["config"]["quick"]
+        assert report.get("same_hypotheses", True) is True
         refused = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out",
                                   str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
         assert refused.returncode != 0 and "outside results/" in refused.stderr
-    assert report["same_hypotheses"] is True
+    assert report["batches"]["batches_per_epoch"] > 0 and report["loop"]["ratio_book_over_bare"] > 0
