@@ -291,9 +291,14 @@ def pack(folder: Path, into: Path, part_bytes: int = 15 * 2**20) -> list[Path]:
     return parts
 
 
-def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained") -> list[str]:
+def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained",
+            registry_path: Path | None = None) -> list[str]:
     """Copy a GPU stage's output (a folder, or the parts `pack` wrote) into results/ and pretrained/."""
     import tempfile
+
+    from aiayn import pretrained
+
+    registry_path = Path(registry_path or pretrained.REGISTRY)
 
     source = Path(source)
     with tempfile.TemporaryDirectory() as tmp:
@@ -310,15 +315,13 @@ def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT 
         copied = []
         for item in sorted(source.iterdir()):
             if item.name == "pretrained":
-                from aiayn import pretrained
-
-                known = pretrained.registry()
+                known = pretrained.registry(registry_path)
                 for name, entry in pretrained.registry(item / "pretrained.json").items():
                     models.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(item / entry["file"], models / entry["file"])
                     known[name] = entry
                     copied.append(str(models / entry["file"]))
-                pretrained.REGISTRY.write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                registry_path.write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             elif item.name != "logs":
                 target = results / item.name
                 if item.is_dir():
