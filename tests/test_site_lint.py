@@ -349,6 +349,32 @@ def test_outputs_are_not_split_or_repeated(page):
            "show a table once (display it, or print it, not both)")
 
 
+@functools.cache
+def ids_of(path: Path) -> frozenset[str]:
+    return frozenset(re.findall(r'\bid="([^"]+)"', path.read_text(encoding="utf-8")))
+
+
+@needs_site
+@pytest.mark.parametrize("page", PAGES)
+def test_internal_links_resolve(page):
+    from urllib.parse import unquote, urlsplit
+    here = SITE / f"{page}.html"
+    problems = []
+    for a in article(page).select("a[href]"):
+        url = urlsplit(a["href"])
+        if url.scheme or url.netloc or a["href"] in ("#", ""):
+            continue
+        target = (here.parent / unquote(url.path)).resolve() if url.path else here
+        if not target.is_file():
+            problems.append(f"{where(page, a)}: link {a['href']!r} ({a.get_text(strip=True)!r}): no such page")
+        elif url.fragment and unquote(url.fragment) not in ids_of(target):
+            problems.append(f"{where(page, a)}: link {a['href']!r} ({a.get_text(strip=True)!r}): "
+                            f"{target.name} has no anchor {url.fragment!r}")
+    report(problems, "links lead nowhere",
+           "a heading that starts with a number gets an anchor without it (\"§5.3 The schedule\" -> "
+           "#the-schedule): link to that, or give the heading a label, (name)=, and link to [text](#name)")
+
+
 # --------------------------------------------------------------------------------------- in a browser (Chromium)
 
 HARNESS = r"""<!doctype html><html><body><pre id="out"></pre><script>
