@@ -28,22 +28,6 @@ def execute(path: Path, timeout: int = 1800) -> float:
     return time.perf_counter() - start
 
 
-def glue(name: str, value, display: bool = False) -> None:
-    """Hand a value from a chapter's code to its text: the prose writes {glue:text}`name:format` (myst-nb's glue).
-
-    So no number in the text is typed by hand, and re-executing a chapter updates its text. Where myst-nb is not
-    installed (Colab), nothing is recorded and the value is only shown if ``display`` is true.
-    """
-    try:
-        from myst_nb import glue as myst_glue
-    except ImportError:
-        if display:
-            from IPython.display import display as show
-            show(value)
-        return
-    myst_glue(name, value, display=display)
-
-
 def vendor_vega() -> None:
     """Copy the vega, vega-lite and vega-embed builds that the installed altair asks for into book/_static/vega."""
     import shutil
