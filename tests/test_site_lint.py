@@ -40,6 +40,18 @@ RAW_TEX = re.compile(r"\$|\\(?:text|mathrm|mathbf|mathbb|mathcal|operatorname|fr
 SECTION_SIGN = "§"
 HASHY_ALT = re.compile(r"(^|/)[0-9a-f]{16,}\.\w+$|\.(png|jpe?g|svg|gif)$", re.I)
 
+# How a chapter makes a figure (one convention for every chapter, checked by test_figures_are_numbered_and_captioned
+# and test_images_have_real_alt_text): the code cell that draws it ends with `plt.show()`, has exactly one image
+# output, and carries the figure's number, caption and alt text in its metadata, where myst-nb reads them:
+#
+#     "metadata": {"mystnb": {"figure": {"name": "fig-masks", "caption": "Dark cells may be attended to, ..."},
+#                             "image": {"alt": "Three heatmaps of True/False masks: ..."}}}
+#
+# The caption is MyST (maths, {eq}, {numref} and {glue:text} work in it); the alt text says in words what the figure
+# shows. The text refers to the figure as {numref}`fig-masks`, which reads "Figure 2.3" (chapter.figure). No italic
+# caption paragraph under the figure: the caption lives in the metadata only. An Altair chart is a figure the same way,
+# and gets its alt text from `.properties(description=...)`.
+
 
 def _missing_site():
     return not (SITE / "book").is_dir()
@@ -373,6 +385,32 @@ def test_internal_links_resolve(page):
     report(problems, "links lead nowhere",
            "a heading that starts with a number gets an anchor without it (\"§5.3 The schedule\" -> "
            "#the-schedule): link to that, or give the heading a label, (name)=, and link to [text](#name)")
+
+
+@needs_site
+def test_sidebar_entries_are_distinct_and_chapters_numbered():
+    nav = soup(PAGES[1]).select_one("nav.bd-docs-nav")
+    assert nav is not None, f"{PAGES[1]}.html has no sidebar (nav.bd-docs-nav): did the theme change?"
+    entries = [(a.get_text(" ", strip=True), a["href"]) for a in nav.select("li.toctree-l1 > a")]
+    problems = [f"sidebar entry {text!r} appears {n} times"
+                for text, n in {t: [e[0] for e in entries].count(t) for t, _ in entries}.items() if n > 1]
+    chapters = {f"{p.split('/')[-1]}.html" for p in NOTEBOOKS}
+    problems += [f"sidebar entry {text!r} ({href}) has no chapter number"
+                 for text, href in entries if href in chapters and not re.match(r"\d+\. ", text)]
+    report(problems, "sidebar entries are ambiguous",
+           "give each chapter a distinct title that names its paper section and what it does (\"§6.1 Decoding\", "
+           "\"§6.1 Results\"), and keep `numbered: 1` on every chapter part of _toc.yml")
+
+
+@needs_site
+def test_references_are_labelled_as_the_text_cites_them():
+    page = next(p for p in PAGES if p.endswith("references"))
+    labels = [s.get_text(strip=True) for s in article(page).select("div.citation span.label, dl.citation > dt")]
+    assert labels, f"{page}.html lists no references"
+    problems = [f"{page}.html: label {label!r}" for label in labels
+                if not re.fullmatch(r"\[\D+,? \d{4}[a-z]?\]", label)]
+    report(problems, "references are not labelled author-year, as the text cites them",
+           "keep `bibtex_default_style: author_year_labels` in _config.yml (book/_ext/author_year_labels.py)")
 
 
 # --------------------------------------------------------------------------------------- in a browser (Chromium)
