@@ -50,7 +50,7 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     assert set(registry) == {"en-de", "de-en"}
     model = pretrained.load("en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained")
     assert isinstance(model.translate("Two dogs play in the snow."), str)
-    for name in ("bench_train.json", "bench_decode.json", "layers_gpu.json", "scaling.json"):
+    for name in ("bench_train.json", "bench_decode.json", "bench_epoch.json", "layers_gpu.json", "scaling.json"):
         assert (out / name).is_file(), name
     scaling = json.loads((out / "scaling.json").read_text())
     assert [r["concurrent"] for r in scaling["results"]] == plan.PROFILES["tiny"]["scaling"]["concurrency"]
