@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import altair as alt
+import matplotlib.lines as mlines
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
@@ -226,30 +227,34 @@ def history_frames(history: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 def plot_history(histories: dict[str, dict]):
     """Label-smoothed training loss per update (and its running mean),
     validation loss and perplexity per epoch."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.8, 3.4), dpi=100)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.8, 4.2), dpi=100)
     for i, (label, history) in enumerate(histories.items()):
         train, val = history_frames(history)
         color = f"C{i}"
         ax1.plot(train["step"], train["loss"], color=color, lw=0.5, alpha=0.3)
         window = max(1, len(train) // 50)
         mean = train["loss"].rolling(window, min_periods=1).mean()
-        ax1.plot(train["step"], mean, color=color, lw=1.2,
-                 label=f"{label}: training")
+        ax1.plot(train["step"], mean, color=color, lw=1.2)
         ax1.plot(val["step"], val["val_loss"], "o--", color=color, ms=3,
-                 lw=0.8, label=f"{label}: validation")
+                 lw=0.8)
         ax2.plot(val["step"], val["val_ppl"], "o-", color=color, ms=3,
                  label=label)
     ax1.set_xlabel("update")
     ax1.set_ylabel("label-smoothed loss per token")
-    ax1.legend(fontsize=8)
+    styles = [mlines.Line2D([], [], color="grey", lw=1.2,
+                            label="training (running mean)"),
+              mlines.Line2D([], [], color="grey", ls="--", marker="o", ms=3,
+                            lw=0.8, label="validation")]
+    ax1.legend(handles=styles, fontsize=8)
     ax2.set_xlabel("update")
     ax2.set_ylabel("validation perplexity")
     ax2.set_yscale("log")
     ax2.yaxis.set_major_formatter(mticker.FormatStrFormatter("%g"))
     ax2.yaxis.set_minor_formatter(
         mticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(*ax2.get_legend_handles_labels(), loc="lower center",
+               ncol=2, fontsize=8, frameon=False)  # one colour per run
+    fig.tight_layout(rect=(0, 0.06 * ((len(histories) + 1) // 2) + 0.02, 1, 1))
     return fig
 
 
