@@ -76,26 +76,18 @@ class Tokenizer:
         langs: Sequence[str] = LANGS,
     ):
         specials = (self.PAD, self.BOS, self.EOS, self.UNK) + self.BYTES
-        if any(
-            vocab.get(tok) != i for i, tok in enumerate(specials)
-        ) or sorted(vocab.values()) != list(range(len(vocab))):
+        misplaced = any(vocab.get(t) != i for i, t in enumerate(specials))
+        if misplaced or sorted(vocab.values()) != list(range(len(vocab))):
             raise ValueError(
                 "vocab must map the special tokens and the 256 byte tokens "
                 "to ids 0..259 and the other tokens to the following ids "
                 "without gaps"
             )
-        self.vocab, self.merges, self.langs = (
-            dict(vocab),
-            [tuple(m) for m in merges],
-            tuple(langs),
-        )
+        self.vocab, self.langs = dict(vocab), tuple(langs)
+        self.merges = [tuple(m) for m in merges]
         self.pieces = sorted(self.vocab, key=self.vocab.get)  # id -> piece
-        self._bpe = models.BPE(
-            vocab=self.vocab,
-            merges=self.merges,
-            unk_token=self.UNK,
-            byte_fallback=True,
-        )
+        self._bpe = models.BPE(vocab=self.vocab, merges=self.merges,
+                               unk_token=self.UNK, byte_fallback=True)
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
@@ -184,11 +176,9 @@ class Tokenizer:
         return len(self.pieces)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Tokenizer) and (
-            self.vocab,
-            self.merges,
-            self.langs,
-        ) == (other.vocab, other.merges, other.langs)
+        mine = (self.vocab, self.merges, self.langs)
+        return isinstance(other, Tokenizer) and mine == (
+            other.vocab, other.merges, other.langs)
 
     def save(self, path) -> None:
         """Write the vocabulary and merges to a JSON file."""
