@@ -1,6 +1,7 @@
 # Generated from book/10_training.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-"""§5.2–5.4: the paper's optimizer and learning-rate schedule, label smoothing, and one training loop."""
+"""§5.2–5.4: the paper's optimizer and learning-rate schedule, label
+smoothing, and one training loop."""
 from __future__ import annotations
 
 import contextlib
@@ -24,23 +25,36 @@ from aiayn.model import TransformerConfig
 
 
 def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """§5.3, Equation (3): factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), for step >= 1."""
+    """§5.3, Equation (3), for step >= 1:
+    factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)."""
     if step < 1:
         raise ValueError(f"step counts optimizer updates from 1, got {step}")
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 1.0, fused: bool | None = None):
-    """§5.3: Adam(β1=0.9, β2=0.98, ε=1e-9) and a LambdaLR whose n-th optimizer update uses lr = rate(n)."""
+def make_optimizer(
+    model: nn.Module,
+    d_model: int,
+    warmup: int,
+    factor: float = 1.0,
+    fused: bool | None = None,
+):
+    """§5.3: Adam(β1=0.9, β2=0.98, ε=1e-9) and a LambdaLR whose n-th
+    optimizer update uses lr = rate(n)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate(s + 1, d_model, warmup, factor))
+    optimizer = torch.optim.Adam(
+        params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: rate(s + 1, d_model, warmup, factor)
+    )
     return optimizer, scheduler
 
 
 class LabelSmoothingLoss(nn.Module):
-    """§5.4: cross-entropy against a smoothed target: 1 - eps_ls on the true token, eps_ls spread evenly
-    over the V - 2 tokens that are neither the true token nor padding. Padding positions are ignored."""
+    """§5.4: cross-entropy against a smoothed target: 1 - eps_ls on the true
+    token, eps_ls spread evenly over the V - 2 tokens that are neither the
+    true token nor padding. Padding positions are ignored."""
 
     def __init__(self, eps_ls: float = 0.1, pad_id: int = 0):
         super().__init__()
@@ -48,55 +62,77 @@ class LabelSmoothingLoss(nn.Module):
             raise ValueError(f"eps_ls must lie in [0, 1), got {eps_ls!r}")
         self.eps_ls, self.pad_id = eps_ls, pad_id
 
-    def target_distribution(self, target: torch.Tensor, V: int) -> torch.Tensor:
-        """The smoothed distribution q (…, V) for token ids target (…); rows of padding are all zero."""
-        q = torch.full((*target.shape, V), self.eps_ls / (V - 2), device=target.device)
+    def target_distribution(
+        self, target: torch.Tensor, V: int
+    ) -> torch.Tensor:
+        """The smoothed distribution q (…, V) for token ids target (…); rows
+        of padding are all zero."""
+        q = torch.full(
+            (*target.shape, V), self.eps_ls / (V - 2), device=target.device
+        )
         q[..., self.pad_id] = 0.0
         q.scatter_(-1, target.unsqueeze(-1), 1.0 - self.eps_ls)
         return q * (target != self.pad_id).unsqueeze(-1)
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Summed loss -Σ q log p over non-pad positions: logits (…, V), target (…) -> a scalar."""
-        logp = F.log_softmax(logits.float(), dim=-1)  # finite for finite logits: no log 0
+    def forward(
+        self, logits: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """Summed loss -Σ q log p over non-pad positions:
+        logits (…, V), target (…) -> a scalar."""
+        # finite for finite logits: no log 0
+        logp = F.log_softmax(logits.float(), dim=-1)
         keep = target != self.pad_id
-        nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # -log p(true token)
-        spread = -(logp.sum(-1) - logp[..., self.pad_id] - (-nll))  # -Σ log p over the V - 2 other tokens
+        # -log p(true token)
+        nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        # -Σ log p over the V - 2 other tokens
+        spread = -(logp.sum(-1) - logp[..., self.pad_id] - (-nll))
         V = logits.size(-1)
         loss = (1.0 - self.eps_ls) * nll + self.eps_ls / (V - 2) * spread
         return loss.masked_fill(~keep, 0.0).sum()
 
 
-def token_nll(logits: torch.Tensor, target: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
-    """Summed negative log-likelihood of the true tokens (no smoothing): what perplexity is made of."""
-    return F.cross_entropy(logits.float().flatten(0, -2), target.flatten(), ignore_index=pad_id, reduction="sum")
+def token_nll(
+    logits: torch.Tensor, target: torch.Tensor, pad_id: int = 0
+) -> torch.Tensor:
+    """Summed negative log-likelihood of the true tokens (no smoothing):
+    what perplexity is made of."""
+    return F.cross_entropy(
+        logits.float().flatten(0, -2),
+        target.flatten(),
+        ignore_index=pad_id,
+        reduction="sum",
+    )
 
 
 @dataclass
 class TrainConfig:
-    """Settings of a training run (§5.2–5.4). Batches come from the caller; these govern everything else."""
+    """Settings of a training run (§5.2–5.4). Batches come from the caller;
+    these govern everything else."""
 
-    warmup: int = 4000            # §5.3 warmup_steps
-    factor: float = 1.0           # multiplies Equation (3); small data likes a larger peak (see the chapter)
-    accum: int = 1                # micro-batches per optimizer update (gradient accumulation)
+    warmup: int = 4000  # §5.3 warmup_steps
+    # multiplies Equation (3); small data likes a larger peak (see §5.3)
+    factor: float = 1.0
+    accum: int = 1  # micro-batches per optimizer update (accumulation)
     epochs: int = 1
     max_updates: int | None = None
-    max_seconds: float | None = None  # stop (and save) after this much wall time in one call
-    eps_ls: float | None = None   # None: the model config's eps_ls
+    max_seconds: float | None = None  # stop (and save) after this wall time
+    eps_ls: float | None = None  # None: the model config's eps_ls
     clip_norm: float | None = None
     ckpt_dir: str | None = None
-    keep_last: int = 5            # checkpoints kept in ckpt_dir
-    save_every: int | None = None  # also save every this many updates (always at each epoch end)
-    patience: int | None = None   # early stopping: epochs without a better validation loss
-    precision: str = "auto"       # "auto", "bf16", "fp16" or "fp32": see `choose_precision`
-    compile: bool = False         # torch.compile the model for training
-    log_every: int = 50           # updates between two reads of the loss from the device
+    keep_last: int = 5  # checkpoints kept in ckpt_dir
+    save_every: int | None = None  # also every this many updates (and epoch)
+    patience: int | None = None  # epochs without a better validation loss
+    precision: str = "auto"  # "auto", "bf16", "fp16", "fp32": see below
+    compile: bool = False  # torch.compile the model for training
+    log_every: int = 50  # updates between two reads of the loss
     seed: int = 0
     progress: bool = True
-    log: bool = True              # one line per epoch
+    log: bool = True  # one line per epoch
 
 
 def rng_state() -> dict:
-    """Every random generator the loop touches: Python, torch CPU and (if present) CUDA."""
+    """Every random generator the loop touches: Python, torch CPU and (if
+    present) CUDA."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -114,11 +150,13 @@ FORMAT = "aiayn-train-1"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is unreadable, not ours, or made for a different model; the message says what to do."""
+    """A checkpoint is unreadable, not ours, or made for a different model;
+    the message says what to do."""
 
 
 def save_checkpoint(path: str | Path, state: dict) -> Path:
-    """Write atomically: to a temporary file in the same folder, then os.replace (never a half-written file)."""
+    """Write atomically: to a temporary file in the same folder, then
+    os.replace (never a half-written file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -132,40 +170,73 @@ def checkpoints(ckpt_dir: str | Path) -> list[Path]:
     return sorted(Path(ckpt_dir).glob("step_*.pt"))
 
 
-def read_checkpoint(path: str | Path, config: TransformerConfig | None = None) -> dict:
-    """Load a checkpoint, checking it is whole, ours and (if config is given) for the same model."""
+def read_checkpoint(
+    path: str | Path, config: TransformerConfig | None = None
+) -> dict:
+    """Load a checkpoint, checking it is whole, ours and (if config is given)
+    for the same model."""
     path = Path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except FileNotFoundError:
-        raise CheckpointError(f"no checkpoint at {path}; check the path, or list {path.parent} for the ones written")
+        raise CheckpointError(
+            f"no checkpoint at {path}; check the path, or list {path.parent} "
+            "for the ones written"
+        )
     except Exception as err:
-        raise CheckpointError(f"{path} is corrupt or truncated ({type(err).__name__}: {err}); delete it and resume "
-                              f"from an earlier checkpoint in {path.parent}, or start afresh") from None
+        raise CheckpointError(
+            f"{path} is corrupt or truncated ({type(err).__name__}: {err}); "
+            f"delete it and resume from an earlier checkpoint in "
+            f"{path.parent}, or start afresh"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a training checkpoint of this book (format {FORMAT!r} expected); "
-                              f"load plain weights with model.load_state_dict instead")
+        raise CheckpointError(
+            f"{path} is not a training checkpoint of this book (format "
+            f"{FORMAT!r} expected); load plain weights with "
+            "model.load_state_dict instead"
+        )
     if config is not None:
         saved = state["model_config"]
-        diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(config).items() if saved.get(k) != v}
+        diff = {
+            k: (saved.get(k), v)
+            for k, v in dataclasses.asdict(config).items()
+            if saved.get(k) != v
+        }
         if diff:
-            told = ", ".join(f"{k}={a!r} there but {b!r} here" for k, (a, b) in diff.items())
-            raise CheckpointError(f"{path} was written for a different model: {told}. Build the model with the "
-                                  f"checkpoint's config (make_model(TransformerConfig(**ckpt['model_config']))) "
-                                  f"or train into a fresh checkpoint folder")
+            told = ", ".join(
+                f"{k}={a!r} there but {b!r} here" for k, (a, b) in diff.items()
+            )
+            raise CheckpointError(
+                f"{path} was written for a different model: {told}. Build "
+                "the model with the checkpoint's config "
+                "(make_model(TransformerConfig(**ckpt['model_config']))) or "
+                "train into a fresh checkpoint folder"
+            )
     return state
 
 
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+AMP_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
 
 
-def choose_precision(device, precision: str = "auto", capability: tuple[int, int] | None = None) -> str:
-    """"bf16" on GPUs of compute capability 8.0 and up, "fp16" (with loss scaling) on older GPUs, "fp32" on the CPU.
+def choose_precision(
+    device, precision: str = "auto", capability: tuple[int, int] | None = None
+) -> str:
+    """The autocast precision for a device: "bf16" on GPUs of compute
+    capability 8.0 and up, "fp16" (with loss scaling) on older GPUs, "fp32"
+    on the CPU.
 
-    A precision other than "auto" is checked and kept. ``capability`` defaults to the device's own.
+    A precision other than "auto" is checked and kept. ``capability``
+    defaults to the device's own.
     """
     if precision not in ("auto", *AMP_DTYPES):
-        raise ValueError(f"precision must be 'auto', 'bf16', 'fp16' or 'fp32', got {precision!r}")
+        raise ValueError(
+            "precision must be 'auto', 'bf16', 'fp16' or 'fp32', "
+            f"got {precision!r}"
+        )
     device = torch.device(device)
     if precision != "auto":
         return precision
@@ -176,191 +247,292 @@ def choose_precision(device, precision: str = "auto", capability: tuple[int, int
 
 
 def make_scaler(precision: str, device) -> torch.amp.GradScaler:
-    """A gradient scaler that never applies a non-finite gradient: the update is skipped and the scale halved.
+    """A gradient scaler that never applies a non-finite gradient: the update
+    is skipped and the scale halved.
 
-    fp16 starts at a scale of 2^16 and doubles it after 2000 clean updates; bf16 and fp32 need no scaling and keep
-    the scale at 1, so a scale below 1 always means that gradients were not finite even unscaled.
+    fp16 starts at a scale of 2^16 and doubles it after 2000 clean updates;
+    bf16 and fp32 need no scaling and keep the scale at 1, so a scale below 1
+    always means that gradients were not finite even unscaled.
     """
     fp16 = precision == "fp16"
-    return torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**16 if fp16 else 1.0,
-                                growth_interval=2000 if fp16 else 2**31 - 1)
+    return torch.amp.GradScaler(
+        torch.device(device).type,
+        init_scale=2.0**16 if fp16 else 1.0,
+        growth_interval=2000 if fp16 else 2**31 - 1,
+    )
 
 
 def world() -> tuple[int, int]:
-    """(rank, world size): (0, 1) unless torch.distributed has been initialised (torchrun)."""
+    """(rank, world size): (0, 1) unless torch.distributed has been
+    initialised (torchrun)."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
 
-Batches = Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | Callable[[int], Iterable]
+Batches = (
+    Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    | Callable[[int], Iterable]
+)
 
 
 def _epoch_batches(batches: Batches, epoch: int, rank: int, size: int) -> list:
-    """This rank's micro-batches of an epoch: batches may be a list, or a function epoch -> batches."""
+    """This rank's micro-batches of an epoch: batches may be a list, or a
+    function epoch -> batches."""
     items = list(batches(epoch) if callable(batches) else batches)
     if len(items) < size:
-        raise ValueError(f"epoch {epoch + 1} has {len(items)} batches" + (f" for {size} processes" if size > 1 else "")
-                         + "; the loop needs at least one per process. Check that the data is not empty and that "
-                         "max_tokens is not larger than the whole data set")
-    items = items[: len(items) - len(items) % size]  # every rank takes the same number of steps
+        raise ValueError(
+            f"epoch {epoch + 1} has {len(items)} batches"
+            + (f" for {size} processes" if size > 1 else "")
+            + "; the loop needs at least one per process. Check that the "
+            "data is not empty and that max_tokens is not larger than the "
+            "whole data set"
+        )
+    # every rank takes the same number of steps
+    items = items[: len(items) - len(items) % size]
     return items[rank::size]
 
 
 def target_tokens(batch, pad_id: int) -> int:
-    """A batch's target tokens: known in advance (aiayn.batching.Batch), or counted from its tensor on the CPU."""
+    """A batch's target tokens: known in advance (aiayn.batching.Batch), or
+    counted from its tensor on the CPU."""
     tokens = getattr(batch, "tokens", None)
     return int((batch[2] != pad_id).sum()) if tokens is None else tokens
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: LabelSmoothingLoss, device=None,
-             precision: str = "auto") -> dict:
-    """Validation: label-smoothed loss and perplexity exp(NLL) per target token (one host synchronisation)."""
+def evaluate(
+    model: nn.Module,
+    batches: Batches,
+    loss_fn: LabelSmoothingLoss,
+    device=None,
+    precision: str = "auto",
+) -> dict:
+    """Validation: label-smoothed loss and perplexity exp(NLL) per target
+    token (one host synchronisation)."""
     model.eval()
     device = torch.device(device or next(model.parameters()).device)
     precision = choose_precision(device, precision)
     totals = torch.zeros(3, dtype=torch.float64, device=device)
-    for src, tgt_in, tgt_out in (batches(0) if callable(batches) else batches):
-        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (src, tgt_in, tgt_out))
-        with torch.autocast(device.type, AMP_DTYPES[precision], enabled=precision != "fp32"):
+    for src, tgt_in, tgt_out in batches(0) if callable(batches) else batches:
+        src, tgt_in, tgt_out = (
+            t.to(device, non_blocking=True) for t in (src, tgt_in, tgt_out)
+        )
+        with torch.autocast(
+            device.type, AMP_DTYPES[precision], enabled=precision != "fp32"
+        ):
             logits = model(src, tgt_in)
-        totals += torch.stack([loss_fn(logits, tgt_out), token_nll(logits, tgt_out, loss_fn.pad_id),
-                               (tgt_out != loss_fn.pad_id).sum()]).double()
+        totals += torch.stack(
+            [
+                loss_fn(logits, tgt_out),
+                token_nll(logits, tgt_out, loss_fn.pad_id),
+                (tgt_out != loss_fn.pad_id).sum(),
+            ]
+        ).double()
     loss, nll, tokens = totals.tolist()
     if not tokens:
         raise ValueError("the validation batches hold no target tokens")
-    return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 700.0))}
+    return {
+        "loss": loss / tokens,
+        "nll": nll / tokens,
+        "ppl": math.exp(min(nll / tokens, 700.0)),
+    }
 
 
 def _finite(model: nn.Module) -> bool:
-    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+    finite = [p.detach().isfinite().all() for p in model.parameters()]
+    return bool(torch.stack(finite).all())
 
 
-def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict, cfg: TrainConfig) -> None:
-    """Every rank hands in its RNG state; rank 0 writes the checkpoint and keeps the last cfg.keep_last."""
+def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict,
+          cfg: TrainConfig) -> None:
+    """Every rank hands in its RNG state; rank 0 writes the checkpoint and
+    keeps the last cfg.keep_last."""
     rank, size = world()
     if not _finite(model):
-        raise FloatingPointError(f"the weights are not finite at update {progress['step']}; nothing was saved, and "
-                                 f"the checkpoints in {ckpt_dir} still hold finite weights")
+        raise FloatingPointError(
+            f"the weights are not finite at update {progress['step']}; "
+            f"nothing was saved, and the checkpoints in {ckpt_dir} still "
+            "hold finite weights"
+        )
     rngs = [rng_state()]
     if size > 1:
         rngs = [None] * size
         dist.all_gather_object(rngs, rng_state())
     if rank == 0:
-        save_checkpoint(Path(ckpt_dir) / f"step_{progress['step']:08d}.pt", {
-            "model_config": dataclasses.asdict(model.config), "train_config": dataclasses.asdict(cfg),
-            "model_class": type(model).__name__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rngs, "progress": progress})
+        save_checkpoint(
+            Path(ckpt_dir) / f"step_{progress['step']:08d}.pt",
+            {
+                "model_config": dataclasses.asdict(model.config),
+                "train_config": dataclasses.asdict(cfg),
+                "model_class": type(model).__name__,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(),
+                "rng": rngs,
+                "progress": progress,
+            },
+        )
         for old in checkpoints(ckpt_dir)[: -cfg.keep_last]:
             old.unlink()
     if size > 1:
         dist.barrier()
 
 
-def _nonfinite(since: int, step: int, epoch: int, ckpt_dir) -> FloatingPointError:
-    newest = checkpoints(ckpt_dir)[-1] if ckpt_dir and checkpoints(ckpt_dir) else None
-    where = (f"resume from {newest}, the newest checkpoint, whose weights are finite" if newest else
-             "start again" + ("" if ckpt_dir else " (with cfg.ckpt_dir set, a run can resume from its last checkpoint)"))
+def _nonfinite(since: int, step: int, epoch: int,
+               ckpt_dir) -> FloatingPointError:
+    found = checkpoints(ckpt_dir) if ckpt_dir else []
+    if found:
+        where = (f"resume from {found[-1]}, the newest checkpoint, whose "
+                 "weights are finite")
+    elif ckpt_dir:
+        where = "start again"
+    else:
+        where = ("start again (with cfg.ckpt_dir set, a run can resume from "
+                 "its last checkpoint)")
     return FloatingPointError(
-        f"a gradient was not finite between updates {since + 1} and {step} (epoch {epoch + 1}); that update was "
-        f"skipped, so no weights or checkpoint hold it. Lower the learning-rate factor, lengthen the warmup or set "
-        f"clip_norm, then {where}")
+        f"a gradient was not finite between updates {since + 1} and {step} "
+        f"(epoch {epoch + 1}); that update was skipped, so no weights or "
+        "checkpoint hold it. Lower the learning-rate factor, lengthen the "
+        f"warmup or set clip_norm, then {where}"
+    )
 
 
-def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None = None,
-          cfg: TrainConfig | None = None, resume: bool | str | Path = False) -> dict:
-    """Train in place (§5.2–5.4). Batches are (src, tgt_in, tgt_out) tensors; returns the run's history.
+def train(
+    model: nn.Module,
+    train_batches: Batches,
+    val_batches: Batches | None = None,
+    cfg: TrainConfig | None = None,
+    resume: bool | str | Path = False,
+) -> dict:
+    """Train in place (§5.2–5.4). Batches are (src, tgt_in, tgt_out)
+    tensors; returns the run's history.
 
-    resume=True continues from the newest checkpoint in cfg.ckpt_dir (if any); a path continues from that file.
+    resume=True continues from the newest checkpoint in cfg.ckpt_dir (if
+    any); a path continues from that file.
     """
     cfg = cfg or TrainConfig()
     if resume is True and not cfg.ckpt_dir:
-        raise ValueError("resume=True continues from the newest checkpoint in cfg.ckpt_dir, but cfg.ckpt_dir is not "
-                         "set: set it to the run's checkpoint folder, or pass a checkpoint's path as resume=")
+        raise ValueError(
+            "resume=True continues from the newest checkpoint in "
+            "cfg.ckpt_dir, but cfg.ckpt_dir is not set: set it to the run's "
+            "checkpoint folder, or pass a checkpoint's path as resume="
+        )
     rank, size = world()
     device = next(model.parameters()).device
     precision = choose_precision(device, cfg.precision)
     c = model.config
-    loss_fn = LabelSmoothingLoss(c.eps_ls if cfg.eps_ls is None else cfg.eps_ls, c.pad_id)
-    optimizer, scheduler = make_optimizer(model, c.d_model, cfg.warmup, cfg.factor,
-                                          fused=device.type in ("cpu", "cuda") or None)  # one kernel, no waiting
+    eps_ls = c.eps_ls if cfg.eps_ls is None else cfg.eps_ls
+    loss_fn = LabelSmoothingLoss(eps_ls, c.pad_id)
+    optimizer, scheduler = make_optimizer(  # fused: one kernel, no waiting
+        model, c.d_model, cfg.warmup, cfg.factor,
+        fused=device.type in ("cpu", "cuda") or None,
+    )
     scaler = make_scaler(precision, device)
     random.seed(cfg.seed + rank)
     torch.manual_seed(cfg.seed + rank)  # ranks draw different dropout masks
-    progress = {"epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf, "bad_epochs": 0,
-                "early_stopped": False,
-                "history": {"step": [], "loss": [], "lr": [], "epoch": [], "val_loss": [], "val_ppl": []}}
+    progress = {
+        "epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf,
+        "bad_epochs": 0, "early_stopped": False,
+        "history": {"step": [], "loss": [], "lr": [], "epoch": [],
+                    "val_loss": [], "val_ppl": []},
+    }
     if resume:
-        path = Path(resume) if not isinstance(resume, bool) else (checkpoints(cfg.ckpt_dir) or [None])[-1]
+        if isinstance(resume, bool):
+            path = (checkpoints(cfg.ckpt_dir) or [None])[-1]
+        else:
+            path = Path(resume)
         if path is not None:
             ckpt = read_checkpoint(path, c)
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
             scheduler.load_state_dict(ckpt["scheduler"])
             scaler.load_state_dict(ckpt["scaler"])
-            set_rng_state(ckpt["rng"][rank] if len(ckpt["rng"]) == size else ckpt["rng"][0])
+            rngs = ckpt["rng"]
+            set_rng_state(rngs[rank] if len(rngs) == size else rngs[0])
             progress = ckpt["progress"]
     history = progress["history"]
     ddp = nn.parallel.DistributedDataParallel(model) if size > 1 else model
     net = torch.compile(ddp) if cfg.compile else ddp
-    pending, checked = [], progress["step"]  # losses of updates not yet read back; the last update checked
+    # losses of updates not yet read back; the last update checked
+    pending, checked = [], progress["step"]
 
     def read() -> None:
-        """The loop's one wait for the device: fetch the pending losses and check that no update was skipped."""
+        """The loop's one wait for the device: fetch the pending losses and
+        check that no update was skipped."""
         nonlocal checked
         if pending:
             history["loss"].extend(torch.stack(pending).tolist())
             pending.clear()
         if scaler.get_scale() < 1.0:
-            raise _nonfinite(checked, progress["step"], progress["epoch"], cfg.ckpt_dir)
+            raise _nonfinite(checked, progress["step"], progress["epoch"],
+                             cfg.ckpt_dir)
         checked = progress["step"]
 
     def save() -> None:
         read()  # never checkpoint after a skipped update
         if cfg.ckpt_dir:
-            _save(cfg.ckpt_dir, model, optimizer, scheduler, scaler, progress, cfg)
+            _save(cfg.ckpt_dir, model, optimizer, scheduler, scaler,
+                  progress, cfg)
 
     started = time.perf_counter()
 
     def limit() -> str | None:
-        """Which limit ends the run now, if any; under DDP every rank must agree, so rank 0's clock decides."""
+        """Which limit ends the run now, if any; under DDP every rank must
+        agree, so rank 0's clock decides."""
         if cfg.max_updates and progress["step"] >= cfg.max_updates:
             return "max_updates"
         if cfg.max_seconds is None:
             return None
-        late = torch.tensor(float(time.perf_counter() - started >= cfg.max_seconds))
+        elapsed = time.perf_counter() - started
+        late = torch.tensor(float(elapsed >= cfg.max_seconds))
         if size > 1:
             dist.broadcast(late, src=0)
         return "max_seconds" if late.item() else None
 
     reached = limit()
-    finished = (progress["early_stopped"] or progress["epoch"] >= cfg.epochs
-                or bool(cfg.max_updates and progress["step"] >= cfg.max_updates))
+    finished = (
+        progress["early_stopped"]
+        or progress["epoch"] >= cfg.epochs
+        or bool(cfg.max_updates and progress["step"] >= cfg.max_updates)
+    )
     if resume and finished and cfg.log and rank == 0:
-        print(f"the run is finished ({progress['step']} updates, {progress['epoch']} epochs): nothing to train")
-    while progress["epoch"] < cfg.epochs and not progress["early_stopped"] and not reached:
+        print(f"the run is finished ({progress['step']} updates, "
+              f"{progress['epoch']} epochs): nothing to train")
+    while (progress["epoch"] < cfg.epochs and not progress["early_stopped"]
+           and not reached):
         items = _epoch_batches(train_batches, progress["epoch"], rank, size)
         model.train()
-        bar = tqdm(range(progress["batch"], len(items), cfg.accum), desc=f"epoch {progress['epoch'] + 1}",
-                   disable=not cfg.progress or rank > 0, mininterval=1.0, file=sys.stdout)
+        bar = tqdm(
+            range(progress["batch"], len(items), cfg.accum),
+            desc=f"epoch {progress['epoch'] + 1}",
+            disable=not cfg.progress or rank > 0,
+            mininterval=1.0,
+            file=sys.stdout,
+        )
         t0, seen = time.perf_counter(), 0
         for i in bar:
             group = items[i : i + cfg.accum]
             tokens = float(sum(target_tokens(b, c.pad_id) for b in group))
             if size > 1:
+                # the tokens of the whole update, over every rank (on the CPU)
                 tokens = torch.tensor(tokens)
-                dist.all_reduce(tokens)  # the tokens of the whole update, over every rank (on the CPU)
+                dist.all_reduce(tokens)
                 tokens = tokens.item()
             total = torch.zeros((), device=device)
             for j, (src, tgt_in, tgt_out) in enumerate(group):
-                src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (src, tgt_in, tgt_out))
-                sync = size == 1 or j == len(group) - 1  # DDP all-reduces gradients once per update
-                with (ddp.no_sync() if not sync else contextlib.nullcontext()):
-                    with torch.autocast(device.type, AMP_DTYPES[precision], enabled=precision != "fp32"):
+                src, tgt_in, tgt_out = (t.to(device, non_blocking=True)
+                                        for t in (src, tgt_in, tgt_out))
+                # DDP all-reduces gradients once per update
+                sync = size == 1 or j == len(group) - 1
+                with ddp.no_sync() if not sync else contextlib.nullcontext():
+                    with torch.autocast(device.type, AMP_DTYPES[precision],
+                                        enabled=precision != "fp32"):
                         logits = net(src, tgt_in)  # (batch, T, vocab)
                     loss = loss_fn(logits, tgt_out)
-                    scaler.scale(loss * size / tokens).backward()  # DDP averages over ranks; undo that
+                    # DDP averages over ranks; `* size` undoes that
+                    scaler.scale(loss * size / tokens).backward()
                 total += loss.detach()
             if size > 1:
                 dist.all_reduce(total)
@@ -368,21 +540,25 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
                 scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             lr = scheduler.get_last_lr()[0]
-            scaler.step(optimizer)  # skipped, on the device, if a gradient is not finite
+            # skipped, on the device, if a gradient is not finite
+            scaler.step(optimizer)
             scaler.update()
-            scheduler.step()  # once per optimizer update, however many micro-batches it took
-            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()  # once per optimizer update, however many
+            optimizer.zero_grad(set_to_none=True)  # micro-batches it took
             pending.append(total / tokens)
             progress["step"] += 1
             progress["batch"] = i + len(group)
             progress["tokens"] += tokens
             seen += tokens
-            for key, value in zip(("step", "lr", "epoch"), (progress["step"], lr, progress["epoch"] + 1)):
-                history[key].append(value)
+            history["step"].append(progress["step"])
+            history["lr"].append(lr)
+            history["epoch"].append(progress["epoch"] + 1)
             if progress["step"] % cfg.log_every == 0:
                 read()
-                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", tok_s=f"{seen / (time.perf_counter() - t0):.0f}",
-                                lr=f"{lr:.2e}", refresh=False)
+                tok_s = seen / (time.perf_counter() - t0)
+                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}",
+                                tok_s=f"{tok_s:.0f}", lr=f"{lr:.2e}",
+                                refresh=False)
             reached = limit()
             if reached:
                 break
@@ -392,12 +568,14 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
         read()
         if reached:
             if cfg.log and rank == 0:
-                print(f"stopped after {progress['step']} updates ({reached}), train loss {history['loss'][-1]:.3f}")
+                print(f"stopped after {progress['step']} updates ({reached}),"
+                      f" train loss {history['loss'][-1]:.3f}")
             save()
             break
         progress["epoch"] += 1
         progress["batch"] = 0
-        line = f"epoch {progress['epoch']}: updates {progress['step']}, train loss {history['loss'][-1]:.3f}"
+        line = (f"epoch {progress['epoch']}: updates {progress['step']}, "
+                f"train loss {history['loss'][-1]:.3f}")
         if val_batches is not None:
             val = evaluate(model, val_batches, loss_fn, device, precision)
             history["val_loss"].append(val["loss"])
@@ -407,50 +585,82 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
                 progress["best"], progress["bad_epochs"] = val["loss"], 0
             else:
                 progress["bad_epochs"] += 1
-            if cfg.patience is not None and progress["bad_epochs"] >= cfg.patience:
+            if (cfg.patience is not None
+                    and progress["bad_epochs"] >= cfg.patience):
                 progress["early_stopped"] = True
-                line += f"; no better validation loss for {cfg.patience} epochs: stopping early"
+                line += (f"; no better validation loss for {cfg.patience} "
+                         "epochs: stopping early")
         if cfg.log and rank == 0:
             print(line, flush=True)
         save()
     return history
 
 
-def copy_batches(n_batches: int, batch_size: int, seq_len: int, vocab_size: int, seed: int = 0,
-                 first_symbol: int = 4, bos_id: int = 1, eos_id: int = 2) -> list[tuple]:
-    """The copy task: src is a random sequence of symbols, the target is the same sequence."""
+def copy_batches(
+    n_batches: int,
+    batch_size: int,
+    seq_len: int,
+    vocab_size: int,
+    seed: int = 0,
+    first_symbol: int = 4,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> list[tuple]:
+    """The copy task: src is a random sequence of symbols, the target is the
+    same sequence."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n_batches):
-        x = torch.randint(first_symbol, vocab_size, (batch_size, seq_len), generator=g)  # (batch, seq_len)
+        x = torch.randint(  # (batch, seq_len)
+            first_symbol, vocab_size, (batch_size, seq_len), generator=g
+        )
         bos = torch.full((batch_size, 1), bos_id)
         eos = torch.full((batch_size, 1), eos_id)
-        out.append((x, torch.cat([bos, x], 1), torch.cat([x, eos], 1)))  # src, tgt_in, tgt_out
+        # src, tgt_in, tgt_out
+        out.append((x, torch.cat([bos, x], 1), torch.cat([x, eos], 1)))
     return out
 
 
-COPY_MODEL = {"vocab_size": 14, "N": 2, "d_model": 64, "d_ff": 128, "h": 4, "P_drop": 0.0, "max_len": 32}
+COPY_MODEL = {"vocab_size": 14, "N": 2, "d_model": 64, "d_ff": 128, "h": 4,
+              "P_drop": 0.0, "max_len": 32}
 COPY_TRAIN = {"warmup": 100, "factor": 1.0, "epochs": 8}
 MULTI30K_TRAIN = {"warmup": 2000, "factor": 1.5, "epochs": 30}
 
 
 def copy_task_data(vocab_size: int = 14) -> tuple[Callable[[int], list], list]:
-    """The copy task's data: a function epoch -> 50 fresh batches of 32 sequences of 10 symbols, and 2 validation batches."""
-    return (lambda epoch: copy_batches(50, 32, 10, vocab_size, seed=100 + epoch)), copy_batches(2, 32, 10, vocab_size, seed=2)
+    """The copy task's data: a function epoch -> 50 fresh batches of 32
+    sequences of 10 symbols, and 2 validation batches."""
+    def train_batches(epoch: int) -> list:
+        return copy_batches(50, 32, 10, vocab_size, seed=100 + epoch)
+
+    return train_batches, copy_batches(2, 32, 10, vocab_size, seed=2)
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int = 1, eos_id: int = 2) -> list[list[int]]:
-    """Greedy decoding: at each step take the most probable next token, until EOS or max_len tokens."""
+def greedy(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> list[list[int]]:
+    """Greedy decoding: at each step take the most probable next token,
+    until EOS or max_len tokens."""
     model.eval()
     memory, src_mask = model.encode(src)  # (batch, S, d_model)
-    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    ys = torch.full(
+        (src.size(0), 1), bos_id, dtype=torch.long, device=src.device
+    )
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_id = model.generator(model.decode(ys, memory, src_mask)[:, -1]).argmax(-1)  # (batch,)
+        last = model.decode(ys, memory, src_mask)[:, -1]  # (batch, d_model)
+        next_id = model.generator(last).argmax(-1)  # (batch,)
         next_id = next_id.masked_fill(done, model.config.pad_id)
         ys = torch.cat([ys, next_id[:, None]], dim=1)
         done |= next_id == eos_id
         if done.all():
             break
-    return [row[: row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+    return [
+        row[: row.index(eos_id)] if eos_id in row else row
+        for row in ys[:, 1:].tolist()
+    ]
