@@ -3,10 +3,12 @@
 """Batches for §5.1: sentence pairs of similar length share a batch whose padded size stays within a token budget."""
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -70,3 +72,66 @@ def collate(batch: list[tuple[list[int], list[int]]], pad_id: int = 0, bos_id: i
         tgt_in[b, : len(tgt) + 1] = torch.tensor([bos_id, *tgt])
         tgt_out[b, : len(tgt) + 1] = torch.tensor([*tgt, eos_id])
     return src_t, tgt_in, tgt_out
+
+
+class Batch(tuple):
+    """A batch (src, tgt_in, tgt_out) that also knows its number of target tokens, counted when it was built."""
+
+    def __new__(cls, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, tokens: int):
+        batch = super().__new__(cls, (src, tgt_in, tgt_out))
+        batch.tokens = tokens
+        return batch
+
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in self), self.tokens)
+
+
+def round_up(n: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` that is at least n."""
+    return -(-n // multiple) * multiple
+
+
+class EpochBatches:
+    """Token-budget batches (§5.1) for every epoch, built once; call it with the epoch number to get its Batches.
+
+    The pairs are padded once, in the order of `token_batches` and cut at its boundaries. An epoch only reorders: pairs
+    with equal (padded) lengths swap places at random, and the batches are shuffled.
+    """
+
+    def __init__(self, pairs, max_tokens: int, shuffle: bool = True, seed: int = 0, pad_multiple: int = 1,
+                 device=None, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2):
+        if not pairs:
+            raise ValueError("EpochBatches needs at least one (source, target) pair")
+        lengths = [(round_up(s, pad_multiple), round_up(t, pad_multiple)) for s, t in example_lengths(pairs)]
+        cut = token_batches(lengths, max_tokens, shuffle=False)  # sorted by length, cut within the budget
+        order = [i for batch in cut for i in batch]
+        self.sizes = [len(batch) for batch in cut]
+        self.widths = [(max(lengths[i][0] for i in batch), max(lengths[i][1] for i in batch)) for batch in cut]
+        keys = [lengths[i] for i in order]
+        new_key = [True] + [a != b for a, b in zip(keys, keys[1:])]
+        self.group = torch.tensor(list(itertools.accumulate(new_key)), dtype=torch.float64)  # equal keys, equal id
+        self.batch_of_row = torch.arange(len(cut)).repeat_interleave(torch.tensor(self.sizes))
+        src, tgt_in, tgt_out = collate([pairs[i] for i in order], pad_id, bos_id, eos_id)  # (n, S_max), (n, T_max)
+        self.target_tokens = (tgt_out != pad_id).sum(1)  # (n,), on the CPU
+        S, T = max(w[0] for w in self.widths), max(w[1] for w in self.widths)  # rounded up to pad_multiple
+        self.tensors = tuple(F.pad(t, (0, width - t.size(1)), value=pad_id).to(device)
+                             for t, width in ((src, S), (tgt_in, T), (tgt_out, T)))
+        self.shuffle, self.seed = shuffle, seed
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __call__(self, epoch: int = 0) -> list[Batch]:
+        n = len(self.group)
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + epoch)
+            rows = torch.argsort(self.group + torch.rand(n, generator=g, dtype=torch.float64))  # mix equal keys
+            batch_order = torch.randperm(len(self.sizes), generator=g).tolist()
+        else:
+            rows, batch_order = torch.arange(n), range(len(self.sizes))
+        tokens = torch.zeros(len(self.sizes), dtype=torch.long).index_add_(0, self.batch_of_row,
+                                                                           self.target_tokens[rows]).tolist()
+        on_device = rows.to(self.tensors[0].device)
+        src, tgt_in, tgt_out = (t.index_select(0, on_device).split(self.sizes) for t in self.tensors)
+        return [Batch(src[k][:, :S], tgt_in[k][:, :T], tgt_out[k][:, :T], tokens[k])
+                for k in batch_order for S, T in [self.widths[k]]]

@@ -98,8 +98,8 @@ def corpus_bleu(hypotheses, references, lowercase: bool = False, tokenize: str =
     ``references`` holds one string per hypothesis, or, as in sacreBLEU, a list of such streams (several references;
     None leaves a gap). ``tokenize="none"`` splits on whitespace only.
     """
-    hypotheses = list(hypotheses)
-    streams = [list(references)] if all(isinstance(r, str) for r in references) else [list(s) for s in references]
+    hypotheses, references = list(hypotheses), list(references)  # any iterables, generators too
+    streams = [references] if all(isinstance(r, str) for r in references) else [list(s) for s in references]
     for s in streams:
         if len(s) != len(hypotheses):
             raise ValueError(f"{len(hypotheses)} hypotheses but a reference stream of {len(s)} lines; "

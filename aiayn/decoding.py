@@ -145,6 +145,33 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     return [strip_specials(row, pad) for row in hyps], scores.gather(1, best[:, None]).squeeze(1)
 
 
+def translate_ids(model, ids, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
+                  max_len: int | None = None) -> list[list[int]]:
+    """Beam-search source id lists (without </s>) in batches sorted by length; returns each output's ids.
+
+    An empty source gives an empty output without running the model; a source longer than ``model.config.max_len``
+    tokens (</s> included) raises ValueError. ``max_len`` replaces the output limit of input length + 50.
+    """
+    ids = [list(x) for x in ids]
+    limit = model.config.max_len
+    for i, x in enumerate(ids):
+        if len(x) + 1 > limit:
+            raise ValueError(f"sentence {i} has {len(x)} tokens plus </s>, but the model has only {limit} positions "
+                             f"(max_len); split the sentence, or use a model built with a larger max_len")
+    out = [[] for _ in ids]
+    todo = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+    device = next(model.parameters()).device
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        src = torch.full((len(batch), len(ids[batch[-1]]) + 1), model.config.pad_id, dtype=torch.long)
+        for row, i in enumerate(batch):
+            src[row, : len(ids[i]) + 1] = torch.tensor(ids[i] + [EOS])
+        hyps, _ = beam_search(model, src.to(device), beam_size, alpha, max_len)
+        for i, hyp in zip(batch, hyps):
+            out[i] = hyp
+    return out
+
+
 def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
               lang: str | None = None):
     """Translate strings with beam search (§6.1: K = 4, α = 0.6); a single string gives a single string.
@@ -154,24 +181,15 @@ def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.
     raises ValueError. Unknown characters are the tokenizer's business: its byte tokens or <unk> stand for them.
     """
     single = isinstance(sentences, str)
+    if not single and not hasattr(sentences, "__iter__"):
+        raise TypeError(f"translate takes a sentence (str) or a list of sentences, got {type(sentences).__name__}")
     sentences = [sentences] if single else list(sentences)
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise TypeError(f"sentence {i} is a {type(s).__name__}, not a str; translate takes text (decode token ids "
+                            f"with tokenizer.decode first, or call translate_ids)")
     ids = [tokenizer.encode(s, lang) if s.strip() else [] for s in sentences]  # blank: nothing to translate
-    limit = model.config.max_len
-    for i, x in enumerate(ids):
-        if len(x) + 1 > limit:
-            raise ValueError(f"sentence {i} has {len(x)} tokens plus </s>, but the model has only {limit} positions "
-                             f"(max_len); split the sentence, or use a model built with a larger max_len")
-    out = [""] * len(sentences)
-    todo = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
-    device = next(model.parameters()).device
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start:start + batch_size]
-        src = torch.full((len(batch), len(ids[batch[-1]]) + 1), model.config.pad_id, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, : len(ids[i]) + 1] = torch.tensor(ids[i] + [EOS])
-        hyps, _ = beam_search(model, src.to(device), beam_size, alpha)
-        for i, hyp in zip(batch, hyps):
-            out[i] = tokenizer.decode(hyp)
+    out = [tokenizer.decode(hyp) if hyp else "" for hyp in translate_ids(model, ids, beam_size, alpha, batch_size)]
     return out[0] if single else out
 
 

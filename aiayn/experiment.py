@@ -1,6 +1,10 @@
 """§6.1 in one command: train on Multi30k, average the last checkpoints, beam-search the test sets, score them.
 
-    python -m aiayn.experiment --direction en-de --out results/en-de --time-budget 540
+    python -m aiayn.experiment --direction en-de --out runs/en-de --time-budget 540
+    torchrun --nproc_per_node=8 -m aiayn.experiment --direction en-de --out runs/en-de   # one process per GPU
+
+The sentences come from the encoded cache (aiayn.corpus), so a run imports no spaCy; only the lowercased
+Moses-tokenised BLEU needs sacremoses.
 """
 from __future__ import annotations
 
@@ -11,26 +15,30 @@ T0 = time.perf_counter()  # the run's clock starts before the heavy imports
 import argparse
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from sacrebleu.metrics import BLEU
-from sacremoses import MosesTokenizer
 
-from aiayn import bleu, data
-from aiayn.decoding import BOS, EOS, average_checkpoints, translate
-from aiayn.model import PRESETS, TransformerConfig, count_parameters, make_model
+from aiayn import bleu, corpus, data
+from aiayn.batching import EpochBatches
+from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
+from aiayn.floor import build
+from aiayn.model import PRESETS, TransformerConfig, count_parameters
 from aiayn.provenance import ROOT, provenance
-from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, _overrides, checkpoints,
-                            evaluate, multi30k_batches, read_checkpoint, train)
+from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
+                            choose_precision, evaluate, read_checkpoint, train, world)
 
 TEST_SPLITS = ("test2016", "test2017", "mscoco2017", "test2018")
 SCORED = ("val",) + TEST_SPLITS
 WU_REF_LEN = 12103  # test 2016 German references, lowercased and Moses-tokenised (Wu et al., 2021)
 BEAM, ALPHA = 4, 0.6  # §6.1; the output limit, input length + 50, is aiayn.decoding's default
+LAYERS = ("aiayn", "torch")  # the book's layers, or PyTorch's nn.Transformer layers (the floor)
 
 
 class ExperimentError(RuntimeError):
@@ -39,6 +47,10 @@ class ExperimentError(RuntimeError):
 
 def moses_tokenize(lines, lang: str) -> list[str]:
     """The literature's preprocessing: lowercase, then Moses-tokenise (sacremoses defaults) for ``lang``."""
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise ExperimentError("the lowercased Moses-tokenised BLEU needs sacremoses: pip install sacremoses") from None
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line.lower(), return_str=True) for line in lines]
 
@@ -64,8 +76,11 @@ def check_reference_length() -> dict:
 
 
 @torch.no_grad()
-def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dict:
-    """Encoder self, decoder self and cross attention (layers, h, rows, cols) of each pair's beam output, float16."""
+def attention_maps(model, tokenizer, examples) -> dict:
+    """Encoder self, decoder self and cross attention (layers, h, rows, cols) of each example, float16.
+
+    ``examples`` holds (source ids, output ids, source, hypothesis, reference): the decoder re-reads its own output.
+    """
     names = {}
     for i, layer in enumerate(model.encoder.layers):
         names[layer.self_attn] = ("enc_self", i)
@@ -85,10 +100,8 @@ def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dic
     out = {}
     model.eval()
     try:
-        for k, (source, reference) in enumerate(pairs):
-            hypothesis = translate(model, tokenizer, source, BEAM, ALPHA, lang=src_lang)
-            src_ids = tokenizer.encode(source, src_lang) + [EOS]
-            tgt_ids = [BOS] + tokenizer.encode(hypothesis, tgt_lang)  # decoder inputs: <s> y_1 ... y_n
+        for k, (src, hyp, source, hypothesis, reference) in enumerate(examples):
+            src_ids, tgt_ids = list(src) + [EOS], [BOS] + list(hyp)  # decoder inputs: <s> y_1 ... y_n
             memory, src_mask = model.encode(torch.tensor([src_ids], device=device))
             model.decode(torch.tensor([tgt_ids], device=device), memory, src_mask)
             for kind in ("enc_self", "dec_self", "cross"):
@@ -104,7 +117,25 @@ def attention_maps(model, tokenizer, pairs, src_lang: str, tgt_lang: str) -> dic
     return out
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def model_overrides(pairs: list[str]) -> dict:
+    """--set FIELD=VALUE pairs as TransformerConfig fields (vocab_size comes from --bpe-size)."""
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in fields:
+            raise ExperimentError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+        if key == "vocab_size":
+            raise ExperimentError("--set vocab_size: the vocabulary size is the tokenizer's; change it with --bpe-size")
+        try:
+            out[key] = {"True": True, "False": False, "None": None}[value] if value in ("True", "False", "None") \
+                else (float(value) if "." in value or "e" in value else int(value))
+        except ValueError:
+            raise ExperimentError(f"--set {pair}: {value!r} is not a number, True, False or None") from None
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m aiayn.experiment", description="Train on Multi30k, average the last "
                                 "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.")
     p.add_argument("--direction", choices=("en-de", "de-en"), required=True)
@@ -112,41 +143,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>")
     p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="TransformerConfig fields, e.g. N=6")
+    p.add_argument("--layers", choices=LAYERS, default="aiayn",
+                   help="the book's layers, or PyTorch's nn.Transformer layers (the floor)")
     p.add_argument("--bpe-size", type=int, default=8000, help="joint BPE vocabulary (sets vocab_size)")
-    p.add_argument("--max-tokens", type=int, default=8000, help="token budget of one batch")
+    p.add_argument("--max-tokens", type=int, default=8000, help="token budget of one batch (per process)")
+    p.add_argument("--pad-multiple", type=int, default=1, help="round batch lengths up to a multiple (8 for --compile)")
     p.add_argument("--epochs", type=int, default=MULTI30K_TRAIN["epochs"])
     p.add_argument("--max-updates", type=int, default=None)
     p.add_argument("--warmup", type=int, default=MULTI30K_TRAIN["warmup"])
     p.add_argument("--factor", type=float, default=MULTI30K_TRAIN["factor"], help="multiplies Equation (3)")
+    p.add_argument("--eps-ls", type=float, default=None, help="label smoothing (default: the model config's, 0.1)")
     p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--clip-norm", type=float, default=None)
     p.add_argument("--average-last", type=int, default=10, help="average this many of the last checkpoints")
     p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for the whole command; training stops when only --eval-reserve is left")
     p.add_argument("--eval-reserve", type=float, default=90.0, help="seconds kept for averaging, decoding, scoring")
-    p.add_argument("--resume", action="store_true", help="continue training from the newest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run (a finished one says so)")
     p.add_argument("--eval-only", action="store_true", help="skip training; evaluate the checkpoints there are")
     p.add_argument("--limit-train", type=int, default=None, help="use only N training batches per epoch (smoke tests)")
     p.add_argument("--decode-batch", type=int, default=128, help="sentences per beam-search batch")
-    p.add_argument("--no-bf16", action="store_true")
+    p.add_argument("--max-output", type=int, default=None,
+                   help="most output tokens per sentence (default: input length + 50, as in §6.1)")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                   help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below, fp32 on a CPU")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--splits", nargs="+", choices=SCORED, default=list(SCORED),
-                   help="sets to decode and score (default all five; val alone for Table 3 variations, §6.2)")
-    return p.parse_args(argv)
+    p.add_argument("--splits", nargs="*", choices=SCORED, default=list(SCORED),
+                   help="sets to decode and score (default all five; val alone for Table 3, none to only train)")
+    return p
 
 
-def model_overrides(pairs: list[str]) -> dict:
-    """--set FIELD=VALUE pairs as TransformerConfig fields (vocab_size comes from --bpe-size)."""
-    try:
-        overrides = _overrides(pairs)
-    except ValueError as err:
-        raise ExperimentError(f"--set {' '.join(pairs)}: a value is not a number, True, False or None ({err})") from None
-    except SystemExit as err:
-        raise ExperimentError(str(err)) from None
-    if "vocab_size" in overrides:
-        raise ExperimentError("--set vocab_size: the vocabulary size is the tokenizer's; change it with --bpe-size")
-    return overrides
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
@@ -159,47 +190,114 @@ def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
         raise ExperimentError(f"--set {' '.join(args.set)}: {err}") from None
 
 
-def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
-    """Train (unless --eval-only), average, decode and score; write everything to args.out and return the metrics."""
+def _check_options(args: argparse.Namespace) -> None:
+    """Every option that can be checked before any work, with what to do instead."""
+    make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)
+    for name in ("average_last", "max_tokens", "pad_multiple", "epochs", "warmup", "accum", "decode_batch",
+                 "max_output"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ExperimentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.bpe_size <= 260:
+        raise ExperimentError(f"--bpe-size must exceed the 260 special and byte tokens, got {args.bpe_size}")
+    if args.factor <= 0:
+        raise ExperimentError(f"--factor must be positive, got {args.factor:g}")
+    if args.eps_ls is not None and not 0 <= args.eps_ls < 1:
+        raise ExperimentError(f"--eps-ls must lie in [0, 1), got {args.eps_ls:g}")
+    if args.resume and args.eval_only:
+        raise ExperimentError("--resume continues training and --eval-only skips it: give one of them")
+    try:
+        choose_precision("cpu", args.precision)
+    except ValueError as err:
+        raise ExperimentError(str(err)) from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _start_processes() -> torch.device:
+    """Join the torchrun group if there is one; the device of this process (its own GPU, or the CPU)."""
+    if "RANK" in os.environ and not dist.is_initialized():
+        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")  # CPU token counts
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    return device
+
+
+def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | None:
+    """Train (unless --eval-only), average, decode and score; write everything to args.out and return the metrics.
+
+    Under torchrun every process trains; process 0 alone evaluates and writes, the others return None.
+    """
     phases = {}
     tick = time.perf_counter()
-    make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)  # bad options fail before any work
+    _check_options(args)
     out = Path(args.out)
     ckpt_dir = Path(args.ckpt_dir or ROOT / "checkpoints" / "experiment" / out.resolve().name)
     if ckpt_dir.resolve().is_relative_to(out.resolve()):
         raise ExperimentError(f"--ckpt-dir {ckpt_dir} lies inside --out {out}; results hold no checkpoints")
+    if (out / "metrics.json").is_file():
+        if args.resume:
+            print(f"the run in {out} is finished: {out / 'metrics.json'} holds its scores; nothing to do "
+                  f"(evaluate again with --eval-only into another --out)", flush=True)
+            return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+        raise ExperimentError(f"{out} already holds the metrics.json of a finished run; choose another --out, or "
+                              f"delete {out} to run again")
     existing = checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
     if existing and not (args.resume or args.eval_only):
         raise ExperimentError(f"{ckpt_dir} already holds {len(existing)} checkpoints of an earlier run; pass --resume "
                               f"to continue it, --eval-only to evaluate it, or delete the folder or choose --ckpt-dir")
     if args.eval_only and not existing:
         raise ExperimentError(f"--eval-only: no checkpoints in {ckpt_dir}; train first (drop --eval-only)")
-    if args.average_last < 1:
-        raise ExperimentError(f"--average-last must be at least 1, got {args.average_last}")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.resume and not existing:
+        print(f"--resume: no checkpoints in {ckpt_dir} yet; starting the run from the beginning", flush=True)
+    if args.splits:
+        moses_tokenize([], "de")  # sacremoses is there: fail now, not after training
+    device = _start_processes()
+    rank, size = world()
     src_lang, tgt_lang = args.direction.split("-")
 
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer, train_data, val_data = multi30k_batches(args.direction, args.bpe_size, args.max_tokens,
-                                                       ckpt_dir / "tokenizer.json", args.seed)
+    if rank == 0:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        encoded = corpus.encoded(args.bpe_size)  # made once (needs spaCy then), read by every later run
+        encoded.tokenizer.save(ckpt_dir / "tokenizer.json")
+    if size > 1:
+        dist.barrier()  # process 0 has written the cache
+    if rank > 0:
+        encoded = corpus.encoded(args.bpe_size)
+    tokenizer = encoded.tokenizer
+    train_data = EpochBatches(encoded.pairs("train", args.direction), args.max_tokens, seed=args.seed,
+                              pad_multiple=args.pad_multiple, device=device)
+    val_data = EpochBatches(encoded.pairs("val", args.direction), args.max_tokens, shuffle=False,
+                            pad_multiple=args.pad_multiple, device=device)(0)
     if args.limit_train:
-        full, n = train_data, args.limit_train
-        train_data = lambda epoch: full(epoch)[:n]  # noqa: E731
+        train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(train_data, args.limit_train)
     config = make_config(args, len(tokenizer))
+    tokens_before = 0
     if existing:
-        trained = TransformerConfig(**read_checkpoint(existing[-1])["model_config"])
+        last = read_checkpoint(existing[-1])
+        tokens_before = last["progress"].get("tokens", 0)
+        trained = TransformerConfig(**last["model_config"])
         if trained != config:
             raise ExperimentError(f"{ckpt_dir} holds a model with {trained}, but --preset/--set ask for {config}; "
                                   f"give the same --preset and --set as the run being continued, or another --ckpt-dir")
+        layers = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
+        if layers != args.layers:
+            raise ExperimentError(f"{ckpt_dir} holds a model with --layers {layers}, not {args.layers}; give "
+                                  f"--layers {layers}, or another --ckpt-dir")
     torch.manual_seed(args.seed)
-    model = make_model(config).to(device)
+    model = build(config, args.layers).to(device)
     phases["setup"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
     cfg = TrainConfig(warmup=args.warmup, factor=args.factor, accum=args.accum, epochs=args.epochs,
-                      max_updates=args.max_updates, ckpt_dir=str(ckpt_dir),
-                      keep_last=max(args.average_last, 2), save_every=args.save_every,
-                      bf16=not args.no_bf16, seed=args.seed, progress=args.progress)
+                      max_updates=args.max_updates, eps_ls=args.eps_ls, clip_norm=args.clip_norm,
+                      ckpt_dir=str(ckpt_dir), keep_last=max(args.average_last, 2), save_every=args.save_every,
+                      precision=args.precision, compile=args.compile, seed=args.seed, progress=args.progress)
     if args.time_budget is not None:
         cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
         if cfg.max_seconds <= 0 and not args.eval_only:
@@ -209,6 +307,11 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
         history = read_checkpoint(existing[-1])["progress"]["history"]
     else:
         history = train(model, train_data, val_data, cfg, resume=bool(existing))
+    if size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+        if rank > 0:
+            return None
     last = read_checkpoint(checkpoints(ckpt_dir)[-1])["progress"]
     if args.max_updates and last["step"] >= args.max_updates:
         stopped_by = "max_updates"
@@ -218,20 +321,24 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
         stopped_by = "epochs"
     else:
         stopped_by = "time budget"
+    train_s = time.perf_counter() - tick
     print(f"training: {last['step']} updates, {last['epoch']} epochs, stopped by {stopped_by}", flush=True)
-    phases["train"] = time.perf_counter() - tick
+    phases["train"] = train_s
 
     tick = time.perf_counter()
     paths = checkpoints(ckpt_dir)[-args.average_last:]
     model.load_state_dict(average_checkpoints(paths))
-    torch.save({"model_config": dataclasses.asdict(config), "model": model.state_dict()}, ckpt_dir / "averaged.pt")
-    loss_fn = LabelSmoothingLoss(config.eps_ls, config.pad_id)
-    val = evaluate(model, val_data, loss_fn, device, not args.no_bf16)
+    torch.save({"model_config": dataclasses.asdict(config), "layers": args.layers, "direction": args.direction,
+                "model": model.state_dict()},
+               ckpt_dir / ".averaged.pt.tmp")
+    os.replace(ckpt_dir / ".averaged.pt.tmp", ckpt_dir / "averaged.pt")
+    loss_fn = LabelSmoothingLoss(config.eps_ls if args.eps_ls is None else args.eps_ls, config.pad_id)
+    val = evaluate(model, val_data, loss_fn, device, args.precision)
     print(f"averaged {len(paths)} checkpoints: val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}", flush=True)
     phases["average"] = time.perf_counter() - tick
 
     out.mkdir(parents=True, exist_ok=True)
-    scores, decode_s, reference_check = {}, {}, None
+    scores, decode_s, reference_check, outputs = {}, {}, None, {}
     if "test2016" in args.splits:
         reference_check = check_reference_length()
         print(f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
@@ -240,10 +347,11 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
     for split in (s for s in SCORED if s in args.splits):
         start = time.perf_counter()
         pairs = data.load(split, src_lang, tgt_lang)
-        hyps = [h.replace("\n", " ") for h in translate(model, tokenizer, [s for s, _ in pairs], BEAM, ALPHA,
-                                                          args.decode_batch, lang=src_lang)]
+        sources = encoded.ids[split][src_lang]
+        outputs[split] = translate_ids(model, sources, BEAM, ALPHA, args.decode_batch, args.max_output)
+        hyps = [tokenizer.decode(h).replace("\n", " ") for h in outputs[split]]
         decode_s[split] = time.perf_counter() - start
-        (out / f"hyp.{split}.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        _write_atomic(out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
         scores[split] = {"file": f"{data.SPLITS[split][0]}.{tgt_lang}", "sentences": len(pairs),
                          "decode_s": decode_s[split], **score(hyps, [t for _, t in pairs], tgt_lang)}
         print(f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
@@ -251,27 +359,35 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict:
     phases["decode_and_score"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    test = data.load("test2016", src_lang, tgt_lang)
-    examples = [p for p in test if 6 <= len(p[0].split()) <= 9][:3]  # three short sentences
-    np.savez_compressed(out / "attention.npz", **attention_maps(model, tokenizer, examples, src_lang, tgt_lang))
-    (out / "history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
+    if args.layers == "aiayn":  # PyTorch's layers do not hand out their weights the same way
+        test = data.load("test2016", src_lang, tgt_lang)
+        chosen = [i for i, p in enumerate(test) if 6 <= len(p[0].split()) <= 9][:3]  # three short sentences
+        src_ids = [encoded.ids["test2016"][src_lang][i] for i in chosen]
+        out_ids = [outputs["test2016"][i] for i in chosen] if "test2016" in outputs else \
+            translate_ids(model, src_ids, BEAM, ALPHA, max_len=args.max_output)
+        examples = [(s, o, test[i][0], tokenizer.decode(o), test[i][1]) for s, o, i in zip(src_ids, out_ids, chosen)]
+        np.savez_compressed(out / "attention.npz", **attention_maps(model, tokenizer, examples))
+    _write_atomic(out / "history.json", json.dumps(history, indent=1) + "\n")
     phases["write"] = time.perf_counter() - tick
     phases["total"] = time.perf_counter() - started
 
     metrics = {
-        "direction": args.direction, "src_lang": src_lang, "tgt_lang": tgt_lang,
+        "direction": args.direction, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
         "bleu": scores, "val": val, "parameters": count_parameters(model), "updates": last["step"],
-        "epochs": last["epoch"], "stopped_by": stopped_by,
+        "epochs": last["epoch"], "stopped_by": stopped_by, "processes": size,
+        "train_target_tokens_per_s": None if args.eval_only else (last.get("tokens", 0) - tokens_before) / train_s,
         "averaged_checkpoints": [p.name for p in paths],
-        "decoding": {"beam_size": BEAM, "alpha": ALPHA, "max_output": "input length + 50", "batch": args.decode_batch},
+        "decoding": {"beam_size": BEAM, "alpha": ALPHA, "batch": args.decode_batch,
+                     "max_output": "input length + 50" if args.max_output is None else args.max_output},
         "reference_check": reference_check,
         "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
-        "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "limit_train_batches": args.limit_train,
-                 "splits": args.splits},
+        "precision": choose_precision(device, args.precision),
+        "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple,
+                 "limit_train_batches": args.limit_train, "splits": args.splits, "encoded_cache": encoded.path.name},
         "provenance": {**provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device),
                        "wall_s": phases, "time_budget_s": args.time_budget},
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
     print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all", flush=True)
     return metrics
 
@@ -282,7 +398,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     args = parse_args(argv)
     try:
         run(args, argv, time.perf_counter() if started is None else started)
-    except (ExperimentError, CheckpointError, data.DataError) as err:
+    except (ExperimentError, CheckpointError, corpus.CorpusError, data.DataError, FloatingPointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

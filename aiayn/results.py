@@ -1,6 +1,6 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-"""§6.1 results: read the stored runs of aiayn.experiment and of the benchmarks, set them beside the paper and the anchors."""
+"""§6.1 results: read the stored GPU runs of the book's plan, set them beside the paper, the literature and the floor."""
 import json
 import os
 from pathlib import Path
@@ -12,25 +12,17 @@ import numpy as np
 import pandas as pd
 import sacrebleu
 
-from aiayn.experiment import ROOT, SCORED
+from aiayn.experiment import SCORED
+from aiayn.plan import FINAL_RUNS
+from aiayn.provenance import ROOT
 
 RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))  # a clone's results/; set AIAYN_RESULTS elsewhere
 DIRECTIONS = ("en-de", "de-en")
 SPLITS = SCORED  # val and the four test sets, as the experiment scores them
-TIME_BUDGET = 540  # seconds per direction on one H100: training stops when 90 s are left for decoding and scoring
-
-
-def experiment_argv(direction: str, out: str | Path | None = None) -> list[str]:
-    """The arguments of the stored GPU run of one direction (the multi30k preset, 540 s in all)."""
-    return ["--direction", direction, "--out", str(out or f"results/{direction}"), "--time-budget", str(TIME_BUDGET)]
-
-
-COMMANDS = {
-    **{d: "python -m aiayn.experiment " + " ".join(experiment_argv(d)) for d in DIRECTIONS},
-    "bench_train": "python benchmarks/train_throughput.py",
-    "bench_decode": "python benchmarks/decode_throughput.py --ckpt-dir checkpoints/experiment/en-de",
-    "sweep": "python -m aiayn.experiment --direction en-de --out results/sweep/NAME --set FIELD=VALUE ... --time-budget 540",
-}
+STAGE = {**{name: "final" for name in FINAL_RUNS}, "bench_decode.json": "final", "bench_train.json": "speed",
+         "bench_train_compiled.json": "speed", "bench_train_multi30k.json": "speed",
+         "bench_train_multi30k_fp16.json": "speed", "layers_gpu.json": "speed", "variations": "search",
+         "scaling.json": "search", "recipe.json": "search"}  # what the plan writes, and in which stage
 
 
 def load_json(path) -> dict | None:
@@ -57,16 +49,17 @@ def hypotheses(run: dict, split: str) -> list[str]:
 
 
 def missing(name: str) -> str:
-    """What to say when a stored GPU result is absent: that it is, and the command that writes it."""
-    return f"not stored yet: the GPU run has not been committed to results/. On a GPU, run\n    {COMMANDS[name]}"
+    """What to say when a stored GPU result is absent: that it is, and the commands that write it."""
+    return (f"{name}: not stored yet. It is made on a GPU by\n"
+            f"    python -m aiayn.plan run {STAGE[name]} --out DIR && python -m aiayn.plan install DIR")
 
 
 def provenance_line(report: dict) -> str:
-    """Where a stored figure came from: device, torch and CUDA, commit, date, wall time and command line."""
+    """Where a stored figure came from: device, torch and CUDA, commit, date, wall time, sharing and command line."""
     p = report["provenance"]
     commit = (p.get("git_commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("git_dirty") else "")
     parts = [p["device"], f"torch {p['torch']}" + (f", CUDA {p['cuda']}" if p.get("cuda") else ""),
-             f"commit {commit}", p["date"][:10]]
+             f"commit {commit}", p["date"][:10], f"{p.get('concurrent_runs', 1)} run(s) sharing the device"]
     wall = p.get("wall_s")
     if isinstance(wall, dict):
         parts.append(f"{wall['total']:.0f} s in all, {wall['train']:.0f} s of training")
@@ -76,34 +69,31 @@ def provenance_line(report: dict) -> str:
 def config_line(metrics: dict) -> str:
     """The model, data and decoding settings of a run, in the paper's names."""
     c, d, dec = metrics["model_config"], metrics["data"], metrics["decoding"]
-    return (f"N={c['N']} d_model={c['d_model']} d_ff={c['d_ff']} h={c['h']} P_drop={c['P_drop']} eps_ls={c['eps_ls']}, "
-            f"{metrics['parameters'] / 1e6:.2f}M parameters; joint BPE {d['bpe_size']}, {d['max_tokens']}-token batches; "
-            f"{metrics['updates']} updates in {metrics['epochs']} epochs (stopped by {metrics['stopped_by']}); "
-            f"average of {len(metrics['averaged_checkpoints'])} checkpoints; beam {dec['beam_size']}, alpha {dec['alpha']}")
+    return (f"{metrics.get('layers', 'aiayn')} layers, N={c['N']} d_model={c['d_model']} d_ff={c['d_ff']} h={c['h']} "
+            f"P_drop={c['P_drop']} eps_ls={c['eps_ls']}, {metrics['parameters'] / 1e6:.2f}M parameters; joint BPE "
+            f"{d['bpe_size']}, {d['max_tokens']}-token batches; {metrics['updates']} updates in {metrics['epochs']} "
+            f"epochs (stopped by {metrics['stopped_by']}); average of {len(metrics['averaged_checkpoints'])} "
+            f"checkpoints; beam {dec['beam_size']}, alpha {dec['alpha']}")
 
 
 def describe(run: dict, label: str) -> str:
     """The provenance block printed under every table and figure made from a run."""
     m = run["metrics"]
+    signature = next(iter(m["bleu"].values()))["sacrebleu"]["signature"] if m["bleu"] else "no split scored"
     return (f"{label} [{run['folder'].name}/metrics.json]\n  {provenance_line(m)}\n  {config_line(m)}\n"
-            f"  sacreBLEU signature: {m['bleu']['test2016']['sacrebleu']['signature']}")
+            f"  sacreBLEU signature: {signature}")
 
 
 SACREBLEU, TOK_LC = "cased sacreBLEU (13a)", "lowercased Moses-tokenised BLEU"
 TEST_SETS = {"val": "Multi30k val", "test2016": "Multi30k test 2016", "test2017": "Multi30k test 2017",
              "mscoco2017": "Multi30k MSCOCO 2017", "test2018": "Multi30k test 2018"}
-_FLOOR = "plain nn.Transformer (our H100)"
-ANCHORS = pd.DataFrame([
+ANCHORS = pd.DataFrame([  # published figures, as their papers report them
     ("Vaswani et al. (2017), base", "en-de", "WMT newstest2014", "tokenised BLEU, cased", 27.3,
      "another data set (WMT 2014, 4.5M pairs): not comparable"),
     ("Vaswani et al. (2017), big", "en-de", "WMT newstest2014", "tokenised BLEU, cased", 28.4,
      "another data set (WMT 2014, 4.5M pairs): not comparable"),
     ("Wu et al. (2021), text-only", "en-de", TEST_SETS["test2016"], TOK_LC, 41.02,
      "4+4 layers, d 128, dropout 0.3, averaged checkpoints"),
-    (_FLOOR, "en-de", TEST_SETS["test2016"], SACREBLEU, 39.05, "d 256, N 4, 9.4M parameters, 9,000 updates (7 min, H100)"),
-    (_FLOOR, "en-de", TEST_SETS["test2016"], TOK_LC, 39.55, "d 256, N 4, 9.4M parameters, 9,000 updates (7 min, H100)"),
-    (_FLOOR, "de-en", TEST_SETS["test2016"], SACREBLEU, 39.70, "d 256, N 4, 9.4M parameters, 5,840 updates (5 min, H100)"),
-    (_FLOOR, "de-en", TEST_SETS["test2016"], TOK_LC, 39.91, "d 256, N 4, 9.4M parameters, 5,840 updates (5 min, H100)"),
     ("bentrevett tutorial", "de-en", TEST_SETS["test2016"], "lowercased tokenised BLEU", 36.52,
      "greedy decoding, the tutorial's own tokens"),
 ], columns=["system", "direction", "test set", "metric", "BLEU", "note"])
@@ -112,16 +102,18 @@ ANCHORS = pd.DataFrame([
 def our_rows(label: str, run: dict, split: str = "test2016") -> pd.DataFrame:
     """A run's two BLEU figures on one split, as rows of the comparison table."""
     m, s = run["metrics"], run["metrics"]["bleu"][split]
-    note = f"{m['parameters'] / 1e6:.1f}M parameters, {m['updates']} updates, beam 4, alpha 0.6, on {m['provenance']['device']}"
+    note = (f"{m['parameters'] / 1e6:.1f}M parameters, {m['updates']} updates, beam 4, alpha 0.6, "
+            f"on {m['provenance']['device']}")
     return pd.DataFrame([(label, m["direction"], TEST_SETS[split], metric, s[key]["score"], note)
                          for metric, key in ((SACREBLEU, "sacrebleu"), (TOK_LC, "tok_lc"))], columns=ANCHORS.columns)
 
 
 def bleu_table(runs: dict[str, dict], split: str = "test2016") -> pd.DataFrame:
-    """Our runs (label -> run) and the anchors, direction by direction, ours first."""
+    """Our runs (label -> run) and the published figures, direction by direction, ours first."""
     parts = []
     for direction in DIRECTIONS:
-        parts += [our_rows(label, run, split) for label, run in runs.items() if run["metrics"]["direction"] == direction]
+        parts += [our_rows(label, run, split) for label, run in runs.items()
+                  if run["metrics"]["direction"] == direction and split in run["metrics"]["bleu"]]
         parts.append(ANCHORS[ANCHORS["direction"] == direction])
     return pd.concat(parts, ignore_index=True)
 
@@ -140,18 +132,18 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
     """Multi30k test 2016 BLEU of our runs (labels ``ours``) and the anchors, one panel per direction, bars by metric."""
     rows = table[table["test set"] == TEST_SETS["test2016"]]
     colors = {SACREBLEU: "C0", TOK_LC: "C1", "lowercased tokenised BLEU": "C2"}
-    fig, axes = plt.subplots(1, len(DIRECTIONS), figsize=(9, 3.2), dpi=100, sharex=True)
+    fig, axes = plt.subplots(len(DIRECTIONS), 1, figsize=(7, 5.5), dpi=100, sharex=True)
     for ax, direction in zip(axes, DIRECTIONS):
         part = rows[rows["direction"] == direction].iloc[::-1]
         y = np.arange(len(part))
         bars = ax.barh(y, part["BLEU"], color=[colors[m] for m in part["metric"]],
                        hatch=["" if s in ours else "//" for s in part["system"]], edgecolor="white")
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
-        ax.set_yticks(y, [f"{s}\n{m}" for s, m in zip(part["system"], part["metric"])], fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=9, padding=2)
+        ax.set_yticks(y, [f"{s}\n{m}" for s, m in zip(part["system"], part["metric"])], fontsize=9)
         stored = part["system"].isin(ours).any()
-        ax.set_title(direction.replace("-", " → ").upper() + ("" if stored else ": no run of ours stored yet"), fontsize=9)
-        ax.set_xlabel("BLEU on Multi30k test 2016")
+        ax.set_title(direction.replace("-", " → ").upper() + ("" if stored else ": no run of ours stored yet"))
         ax.set_xlim(0, 50)
+    axes[-1].set_xlabel("BLEU on Multi30k test 2016")
     fig.tight_layout()
     return fig
 
@@ -291,21 +283,3 @@ def decode_benchmark_table(report: dict) -> pd.DataFrame:
     """benchmarks/decode_throughput.py: beam search with and without the key/value cache."""
     return pd.DataFrame({name: {"sentences/s": r["sentences_per_s"], "output tokens/s": r["output_tokens_per_s"],
                                 "seconds": r["seconds"]} for name, r in report["results"].items()}).T
-
-
-def sweep_table(folder) -> pd.DataFrame | None:
-    """One row per run under ``folder`` (each a results folder of aiayn.experiment), best validation BLEU first.
-
-    Shows the model settings that differ between the runs, and the validation figures that choose among them.
-    """
-    runs = {p.parent.name: load_run(p.parent) for p in sorted(Path(folder).glob("*/metrics.json"))}
-    if not runs:
-        return None
-    configs = pd.DataFrame({name: run["metrics"]["model_config"] for name, run in runs.items()}).T
-    varying = [c for c in configs.columns if configs[c].astype(str).nunique() > 1]
-    table = configs[varying].copy()
-    for name, run in runs.items():
-        m = run["metrics"]
-        table.loc[name, ["direction", "parameters (M)", "updates", "val ppl", f"val {SACREBLEU}"]] = [
-            m["direction"], m["parameters"] / 1e6, m["updates"], m["val"]["ppl"], m["bleu"]["val"]["sacrebleu"]["score"]]
-    return table.sort_values(f"val {SACREBLEU}", ascending=False)

@@ -8,13 +8,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import spacy
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import models, trainers
 
 SPACE = "\u2581"  # "▁" marks a word that followed a space, as SentencePiece does
 LANGS = ("en", "de")
-_SPACY: dict[str, spacy.tokenizer.Tokenizer] = {}
+_SPACY: dict = {}  # lang -> spaCy's tokeniser, made on first use
 
 
 def spacy_tokenizer(lang: str):
@@ -22,6 +21,8 @@ def spacy_tokenizer(lang: str):
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; expected one of {LANGS}")
     if lang not in _SPACY:
+        import spacy  # only here: a run from the encoded cache (aiayn.corpus) needs no spaCy
+
         _SPACY[lang] = spacy.blank(lang).tokenizer
     return _SPACY[lang]
 

@@ -3,7 +3,7 @@
 """§5.2–5.4: the paper's optimizer and learning-rate schedule, label smoothing, and one training loop."""
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from aiayn.model import TransformerConfig, make_model
+from aiayn.model import TransformerConfig
 
 
 def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -87,7 +87,9 @@ class TrainConfig:
     keep_last: int = 5            # checkpoints kept in ckpt_dir
     save_every: int | None = None  # also save every this many updates (always at each epoch end)
     patience: int | None = None   # early stopping: epochs without a better validation loss
-    bf16: bool = True             # bf16 autocast when on a GPU
+    precision: str = "auto"       # "auto", "bf16", "fp16" or "fp32": see `choose_precision`
+    compile: bool = False         # torch.compile the model for training
+    log_every: int = 50           # updates between two reads of the loss from the device
     seed: int = 0
     progress: bool = True
     log: bool = True              # one line per epoch
@@ -154,6 +156,36 @@ def read_checkpoint(path: str | Path, config: TransformerConfig | None = None) -
     return state
 
 
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def choose_precision(device, precision: str = "auto", capability: tuple[int, int] | None = None) -> str:
+    """"bf16" on GPUs of compute capability 8.0 and up, "fp16" (with loss scaling) on older GPUs, "fp32" on the CPU.
+
+    A precision other than "auto" is checked and kept. ``capability`` defaults to the device's own.
+    """
+    if precision not in ("auto", *AMP_DTYPES):
+        raise ValueError(f"precision must be 'auto', 'bf16', 'fp16' or 'fp32', got {precision!r}")
+    device = torch.device(device)
+    if precision != "auto":
+        return precision
+    if device.type != "cuda":
+        return "fp32"
+    capability = capability or torch.cuda.get_device_capability(device)
+    return "bf16" if tuple(capability) >= (8, 0) else "fp16"
+
+
+def make_scaler(precision: str, device) -> torch.amp.GradScaler:
+    """A gradient scaler that never applies a non-finite gradient: the update is skipped and the scale halved.
+
+    fp16 starts at a scale of 2^16 and doubles it after 2000 clean updates; bf16 and fp32 need no scaling and keep
+    the scale at 1, so a scale below 1 always means that gradients were not finite even unscaled.
+    """
+    fp16 = precision == "fp16"
+    return torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**16 if fp16 else 1.0,
+                                growth_interval=2000 if fp16 else 2**31 - 1)
+
+
 def world() -> tuple[int, int]:
     """(rank, world size): (0, 1) unless torch.distributed has been initialised (torchrun)."""
     if dist.is_available() and dist.is_initialized():
@@ -167,30 +199,50 @@ Batches = Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | Callable[[
 def _epoch_batches(batches: Batches, epoch: int, rank: int, size: int) -> list:
     """This rank's micro-batches of an epoch: batches may be a list, or a function epoch -> batches."""
     items = list(batches(epoch) if callable(batches) else batches)
+    if len(items) < size:
+        raise ValueError(f"epoch {epoch + 1} has {len(items)} batches" + (f" for {size} processes" if size > 1 else "")
+                         + "; the loop needs at least one per process. Check that the data is not empty and that "
+                         "max_tokens is not larger than the whole data set")
     items = items[: len(items) - len(items) % size]  # every rank takes the same number of steps
     return items[rank::size]
 
 
+def target_tokens(batch, pad_id: int) -> int:
+    """A batch's target tokens: known in advance (aiayn.batching.Batch), or counted from its tensor on the CPU."""
+    tokens = getattr(batch, "tokens", None)
+    return int((batch[2] != pad_id).sum()) if tokens is None else tokens
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: LabelSmoothingLoss, device=None, bf16: bool = True) -> dict:
-    """Validation: label-smoothed loss and perplexity exp(NLL) per target token."""
+def evaluate(model: nn.Module, batches: Batches, loss_fn: LabelSmoothingLoss, device=None,
+             precision: str = "auto") -> dict:
+    """Validation: label-smoothed loss and perplexity exp(NLL) per target token (one host synchronisation)."""
     model.eval()
-    device = device or next(model.parameters()).device
-    use_bf16 = bf16 and torch.device(device).type == "cuda"
-    totals = torch.zeros(3, dtype=torch.float64)
+    device = torch.device(device or next(model.parameters()).device)
+    precision = choose_precision(device, precision)
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
     for src, tgt_in, tgt_out in (batches(0) if callable(batches) else batches):
-        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
-        with torch.autocast("cuda", torch.bfloat16, enabled=use_bf16):
+        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (src, tgt_in, tgt_out))
+        with torch.autocast(device.type, AMP_DTYPES[precision], enabled=precision != "fp32"):
             logits = model(src, tgt_in)
-        totals += torch.tensor([loss_fn(logits, tgt_out).item(), token_nll(logits, tgt_out, loss_fn.pad_id).item(),
-                                (tgt_out != loss_fn.pad_id).sum().item()], dtype=torch.float64)
+        totals += torch.stack([loss_fn(logits, tgt_out), token_nll(logits, tgt_out, loss_fn.pad_id),
+                               (tgt_out != loss_fn.pad_id).sum()]).double()
     loss, nll, tokens = totals.tolist()
+    if not tokens:
+        raise ValueError("the validation batches hold no target tokens")
     return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 700.0))}
 
 
-def _save(ckpt_dir, model, optimizer, scheduler, progress: dict, cfg: TrainConfig) -> None:
+def _finite(model: nn.Module) -> bool:
+    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
+
+def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict, cfg: TrainConfig) -> None:
     """Every rank hands in its RNG state; rank 0 writes the checkpoint and keeps the last cfg.keep_last."""
     rank, size = world()
+    if not _finite(model):
+        raise FloatingPointError(f"the weights are not finite at update {progress['step']}; nothing was saved, and "
+                                 f"the checkpoints in {ckpt_dir} still hold finite weights")
     rngs = [rng_state()]
     if size > 1:
         rngs = [None] * size
@@ -198,12 +250,22 @@ def _save(ckpt_dir, model, optimizer, scheduler, progress: dict, cfg: TrainConfi
     if rank == 0:
         save_checkpoint(Path(ckpt_dir) / f"step_{progress['step']:08d}.pt", {
             "model_config": dataclasses.asdict(model.config), "train_config": dataclasses.asdict(cfg),
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": rngs, "progress": progress})
+            "model_class": type(model).__name__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "rng": rngs, "progress": progress})
         for old in checkpoints(ckpt_dir)[: -cfg.keep_last]:
             old.unlink()
     if size > 1:
         dist.barrier()
+
+
+def _nonfinite(since: int, step: int, epoch: int, ckpt_dir) -> FloatingPointError:
+    newest = checkpoints(ckpt_dir)[-1] if ckpt_dir and checkpoints(ckpt_dir) else None
+    where = (f"resume from {newest}, the newest checkpoint, whose weights are finite" if newest else
+             "start again" + ("" if ckpt_dir else " (with cfg.ckpt_dir set, a run can resume from its last checkpoint)"))
+    return FloatingPointError(
+        f"a gradient was not finite between updates {since + 1} and {step} (epoch {epoch + 1}); that update was "
+        f"skipped, so no weights or checkpoint hold it. Lower the learning-rate factor, lengthen the warmup or set "
+        f"clip_norm, then {where}")
 
 
 def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None = None,
@@ -213,15 +275,21 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
     resume=True continues from the newest checkpoint in cfg.ckpt_dir (if any); a path continues from that file.
     """
     cfg = cfg or TrainConfig()
+    if resume is True and not cfg.ckpt_dir:
+        raise ValueError("resume=True continues from the newest checkpoint in cfg.ckpt_dir, but cfg.ckpt_dir is not "
+                         "set: set it to the run's checkpoint folder, or pass a checkpoint's path as resume=")
     rank, size = world()
     device = next(model.parameters()).device
-    use_bf16 = cfg.bf16 and device.type == "cuda"
+    precision = choose_precision(device, cfg.precision)
     c = model.config
     loss_fn = LabelSmoothingLoss(c.eps_ls if cfg.eps_ls is None else cfg.eps_ls, c.pad_id)
-    optimizer, scheduler = make_optimizer(model, c.d_model, cfg.warmup, cfg.factor, fused=device.type == "cuda" or None)
+    optimizer, scheduler = make_optimizer(model, c.d_model, cfg.warmup, cfg.factor,
+                                          fused=device.type in ("cpu", "cuda") or None)  # one kernel, no waiting
+    scaler = make_scaler(precision, device)
     random.seed(cfg.seed + rank)
     torch.manual_seed(cfg.seed + rank)  # ranks draw different dropout masks
-    progress = {"epoch": 0, "batch": 0, "step": 0, "best": math.inf, "bad_epochs": 0, "early_stopped": False,
+    progress = {"epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf, "bad_epochs": 0,
+                "early_stopped": False,
                 "history": {"step": [], "loss": [], "lr": [], "epoch": [], "val_loss": [], "val_ppl": []}}
     if resume:
         path = Path(resume) if not isinstance(resume, bool) else (checkpoints(cfg.ckpt_dir) or [None])[-1]
@@ -230,11 +298,28 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
             scheduler.load_state_dict(ckpt["scheduler"])
+            scaler.load_state_dict(ckpt["scaler"])
             set_rng_state(ckpt["rng"][rank] if len(ckpt["rng"]) == size else ckpt["rng"][0])
             progress = ckpt["progress"]
     history = progress["history"]
-    net = nn.parallel.DistributedDataParallel(model) if size > 1 else model
-    save = (lambda: _save(cfg.ckpt_dir, model, optimizer, scheduler, progress, cfg)) if cfg.ckpt_dir else (lambda: None)
+    ddp = nn.parallel.DistributedDataParallel(model) if size > 1 else model
+    net = torch.compile(ddp) if cfg.compile else ddp
+    pending, checked = [], progress["step"]  # losses of updates not yet read back; the last update checked
+
+    def read() -> None:
+        """The loop's one wait for the device: fetch the pending losses and check that no update was skipped."""
+        nonlocal checked
+        if pending:
+            history["loss"].extend(torch.stack(pending).tolist())
+            pending.clear()
+        if scaler.get_scale() < 1.0:
+            raise _nonfinite(checked, progress["step"], progress["epoch"], cfg.ckpt_dir)
+        checked = progress["step"]
+
+    def save() -> None:
+        read()  # never checkpoint after a skipped update
+        if cfg.ckpt_dir:
+            _save(cfg.ckpt_dir, model, optimizer, scheduler, scaler, progress, cfg)
 
     started = time.perf_counter()
 
@@ -250,6 +335,10 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
         return "max_seconds" if late.item() else None
 
     reached = limit()
+    finished = (progress["early_stopped"] or progress["epoch"] >= cfg.epochs
+                or bool(cfg.max_updates and progress["step"] >= cfg.max_updates))
+    if resume and finished and cfg.log and rank == 0:
+        print(f"the run is finished ({progress['step']} updates, {progress['epoch']} epochs): nothing to train")
     while progress["epoch"] < cfg.epochs and not progress["early_stopped"] and not reached:
         items = _epoch_batches(train_batches, progress["epoch"], rank, size)
         model.train()
@@ -258,47 +347,49 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
         t0, seen = time.perf_counter(), 0
         for i in bar:
             group = items[i : i + cfg.accum]
-            tokens = torch.tensor(float(sum((b[2] != c.pad_id).sum().item() for b in group)))
+            tokens = float(sum(target_tokens(b, c.pad_id) for b in group))
             if size > 1:
-                dist.all_reduce(tokens)  # the tokens of the whole update, over every rank
+                tokens = torch.tensor(tokens)
+                dist.all_reduce(tokens)  # the tokens of the whole update, over every rank (on the CPU)
+                tokens = tokens.item()
             total = torch.zeros((), device=device)
             for j, (src, tgt_in, tgt_out) in enumerate(group):
-                src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+                src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (src, tgt_in, tgt_out))
                 sync = size == 1 or j == len(group) - 1  # DDP all-reduces gradients once per update
-                with (net.no_sync() if not sync else torch.enable_grad()):
-                    with torch.autocast("cuda", torch.bfloat16, enabled=use_bf16):
+                with (ddp.no_sync() if not sync else contextlib.nullcontext()):
+                    with torch.autocast(device.type, AMP_DTYPES[precision], enabled=precision != "fp32"):
                         logits = net(src, tgt_in)  # (batch, T, vocab)
                     loss = loss_fn(logits, tgt_out)
-                    (loss * size / tokens.item()).backward()  # DDP averages over ranks; undo that
+                    scaler.scale(loss * size / tokens).backward()  # DDP averages over ranks; undo that
                 total += loss.detach()
             if size > 1:
                 dist.all_reduce(total)
-            loss_per_token = total.item() / tokens.item()
-            if not math.isfinite(loss_per_token):
-                raise FloatingPointError(
-                    f"the loss became {loss_per_token} at update {progress['step'] + 1} (epoch {progress['epoch'] + 1}, "
-                    f"batch {i}); the weights were not updated. Lower the learning-rate factor, lengthen the warmup, "
-                    f"set clip_norm, or resume from the last checkpoint in {cfg.ckpt_dir}")
             if cfg.clip_norm:
+                scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             lr = scheduler.get_last_lr()[0]
-            optimizer.step()
+            scaler.step(optimizer)  # skipped, on the device, if a gradient is not finite
+            scaler.update()
             scheduler.step()  # once per optimizer update, however many micro-batches it took
             optimizer.zero_grad(set_to_none=True)
+            pending.append(total / tokens)
             progress["step"] += 1
             progress["batch"] = i + len(group)
-            seen += tokens.item()
-            for key, value in zip(("step", "loss", "lr", "epoch"),
-                                  (progress["step"], loss_per_token, lr, progress["epoch"] + 1)):
+            progress["tokens"] += tokens
+            seen += tokens
+            for key, value in zip(("step", "lr", "epoch"), (progress["step"], lr, progress["epoch"] + 1)):
                 history[key].append(value)
-            bar.set_postfix(loss=f"{loss_per_token:.3f}", tok_s=f"{seen / (time.perf_counter() - t0):.0f}",
-                            lr=f"{lr:.2e}", refresh=False)
+            if progress["step"] % cfg.log_every == 0:
+                read()
+                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", tok_s=f"{seen / (time.perf_counter() - t0):.0f}",
+                                lr=f"{lr:.2e}", refresh=False)
             reached = limit()
             if reached:
                 break
             if cfg.save_every and progress["step"] % cfg.save_every == 0:
                 save()
         bar.close()
+        read()
         if reached:
             if cfg.log and rank == 0:
                 print(f"stopped after {progress['step']} updates ({reached}), train loss {history['loss'][-1]:.3f}")
@@ -308,7 +399,7 @@ def train(model: nn.Module, train_batches: Batches, val_batches: Batches | None 
         progress["batch"] = 0
         line = f"epoch {progress['epoch']}: updates {progress['step']}, train loss {history['loss'][-1]:.3f}"
         if val_batches is not None:
-            val = evaluate(model, val_batches, loss_fn, device, cfg.bf16)
+            val = evaluate(model, val_batches, loss_fn, device, precision)
             history["val_loss"].append(val["loss"])
             history["val_ppl"].append(val["ppl"])
             line += f", val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}"
@@ -363,107 +454,3 @@ def greedy(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int = 1, e
         if done.all():
             break
     return [row[: row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
-
-
-def multi30k_batches(direction: str = "en-de", bpe_size: int = 8000, max_tokens: int = 8000,
-                     tokenizer_path: str | Path | None = None, seed: int = 0):
-    """Multi30k (§5.1) as the loop wants it: (tokenizer, a function epoch -> training batches, validation batches)."""
-    from aiayn.batching import collate, example_lengths, token_batches
-    from aiayn.data import load
-    from aiayn.tokenization import encode_pairs, multi30k_tokenizer
-
-    langs = tuple(direction.split("-"))
-    tokenizer = multi30k_tokenizer(bpe_size, tokenizer_path)  # joint BPE, learned on the training split only
-    train_ids, val_ids = (encode_pairs(tokenizer, load(split, *langs), langs) for split in ("train", "val"))
-
-    def batches(examples, epoch, shuffle):
-        index = token_batches(example_lengths(examples), max_tokens, shuffle=shuffle, seed=seed + epoch)
-        return [collate([examples[i] for i in idx]) for idx in index]
-
-    return tokenizer, (lambda epoch: batches(train_ids, epoch, True)), batches(val_ids, 0, False)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m aiayn.training", description="Train the Transformer (§5): "
-                                "Multi30k translation, or the copy task. Under torchrun, one process per GPU (DDP).")
-    p.add_argument("--task", choices=("multi30k", "copy"), default="multi30k")
-    p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="override TransformerConfig fields, e.g. --set N=6 P_drop=0.1")
-    p.add_argument("--direction", choices=("en-de", "de-en"), default="en-de")
-    p.add_argument("--bpe-size", type=int, default=8000, help="joint BPE vocabulary size (sets vocab_size)")
-    p.add_argument("--max-tokens", type=int, default=8000, help="token budget of one micro-batch")
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer update")
-    p.add_argument("--epochs", type=int, default=None, help="default: 30 (multi30k), 8 (copy)")
-    p.add_argument("--max-updates", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None, help="default: 2000 (multi30k), 100 (copy)")
-    p.add_argument("--factor", type=float, default=None,
-                   help="multiplies the learning rate of Equation (3); default: 1.5 (multi30k), 1.0 (copy)")
-    p.add_argument("--clip-norm", type=float, default=None)
-    p.add_argument("--patience", type=int, default=None, help="early stopping after this many epochs")
-    p.add_argument("--ckpt-dir", default="checkpoints/run")
-    p.add_argument("--keep-last", type=int, default=10)
-    p.add_argument("--save-every", type=int, default=None, help="also save every this many updates")
-    p.add_argument("--average-last", type=int, default=0, help="average the last k checkpoints into averaged.pt")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --ckpt-dir")
-    p.add_argument("--no-bf16", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
-
-
-def _overrides(pairs: list[str]) -> dict:
-    fields = {f.name: f.type for f in dataclasses.fields(TransformerConfig)}
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in fields:
-            raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
-        out[key] = {"True": True, "False": False, "None": None}.get(value) if value in ("True", "False", "None") \
-            else (float(value) if "." in value or "e" in value else int(value))
-    return out
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    if "RANK" in os.environ and not dist.is_initialized():  # started by torchrun
-        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")  # token counts are CPU tensors
-    rank, size = world()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    overrides = _overrides(args.set)
-    if args.task == "copy":
-        overrides = {**COPY_MODEL, **overrides}
-        train_data, val_data = copy_task_data(overrides["vocab_size"])
-        defaults = COPY_TRAIN
-    else:
-        Path(args.ckpt_dir).mkdir(parents=True, exist_ok=True)
-        tokenizer, train_data, val_data = multi30k_batches(args.direction, args.bpe_size, args.max_tokens,
-                                                           Path(args.ckpt_dir) / "tokenizer.json", args.seed)
-        overrides = {"vocab_size": len(tokenizer), **overrides}
-        defaults = MULTI30K_TRAIN
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    torch.manual_seed(args.seed)
-    model = make_model(args.preset, **overrides).to(device)
-    cfg = TrainConfig(warmup=args.warmup, factor=args.factor, accum=args.accum, epochs=args.epochs,
-                      max_updates=args.max_updates, clip_norm=args.clip_norm, ckpt_dir=args.ckpt_dir,
-                      keep_last=args.keep_last, save_every=args.save_every, patience=args.patience,
-                      bf16=not args.no_bf16, seed=args.seed, progress=not args.no_progress)
-    history = train(model, train_data, val_data, cfg, resume=args.resume)
-    if args.average_last and rank == 0:
-        from aiayn.decoding import average_checkpoints  # §6.1
-
-        paths = checkpoints(args.ckpt_dir)[-args.average_last:]
-        torch.save({"model_config": dataclasses.asdict(model.config), "model": average_checkpoints(paths)},
-                   Path(args.ckpt_dir) / "averaged.pt")
-        print(f"averaged {len(paths)} checkpoints into {Path(args.ckpt_dir) / 'averaged.pt'}")
-    if size > 1:
-        dist.destroy_process_group()
-    return history
-
-
-if __name__ == "__main__" and "__file__" in globals():  # as a script; a notebook defines no __file__
-    main()

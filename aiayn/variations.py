@@ -1,16 +1,22 @@
 """§6.2, Table 3 at Multi30k scale: each variation of the `multi30k` model trained, beam-searched and scored on val.
 
     python -m aiayn.variations --list
-    python -m aiayn.variations --rows base A --seeds 0 1 --budget 80 --out results/variations
+    python -m aiayn.variations --rows base A --seeds 0 1 --budget 80 --parallel 4 --out results/variations
+
+Each run is its own process (`python -m aiayn.experiment`), so several can share one GPU: --parallel sets how many run
+at once. Besides the paper's rows (A)-(E), family R varies what the paper fixes but small data needs tuned: the BPE
+size, the batch size, the learning-rate factor, dropout and checkpoint averaging. The final recipe is chosen from
+these on validation BLEU alone (`best_row`).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,12 +24,13 @@ from pathlib import Path
 
 import torch
 
-from aiayn import experiment
+from aiayn import corpus, experiment
 from aiayn.model import PRESETS, TransformerConfig, parameter_count
 
 ROOT = experiment.ROOT
 BASE = "multi30k"
-STARTUP_S = 20  # imports, CUDA start and the shared BPE before the first run, added to the estimate
+STARTUP_S = 20  # imports, CUDA start and the encoded cache before the first run, added to the estimate
+OPTIONS = ("bpe_size", "max_tokens", "factor", "warmup", "average_last")  # experiment options a recipe row may set
 
 
 class VariationsError(RuntimeError):
@@ -42,6 +49,7 @@ class Row:
     bleu: float | None = None  # the paper's newstest2013 dev BLEU
     params: int | None = None  # the paper's parameter count ×10^6 (blank in the paper for rows A, D, E)
     note: str = ""
+    options: dict = field(default_factory=dict)  # experiment options (OPTIONS) that differ from the base run
 
     def paper(self) -> dict:
         """The paper's Table 3 values of this row, None where it has none."""
@@ -78,9 +86,18 @@ ROWS = [
     Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", 5.47, 25.7, None, "twice base, as in the paper"),
     Row("E-learned", "E", {"learned_positions": True}, "positional embedding instead of sinusoids", 4.92, 25.7, None,
         "learned positional embeddings (up to max_len positions)"),
+    Row("R-bpe4000", "R", note="a smaller joint BPE vocabulary", options={"bpe_size": 4000}),
+    Row("R-bpe16000", "R", note="a larger joint BPE vocabulary", options={"bpe_size": 16000}),
+    Row("R-tokens4000", "R", note="half the batch: twice the updates per epoch", options={"max_tokens": 4000}),
+    Row("R-tokens16000", "R", note="twice the batch", options={"max_tokens": 16000}),
+    Row("R-factor1", "R", note="the paper's learning rate (factor 1)", options={"factor": 1.0}),
+    Row("R-factor2.5", "R", note="a higher peak learning rate", options={"factor": 2.5}),
+    Row("R-P_drop0.4", "R", {"P_drop": 0.4}, note="more dropout, between base and D's 0.5"),
+    Row("R-avg5", "R", note="average the last 5 checkpoints", options={"average_last": 5}),
+    Row("R-avg10", "R", note="average the last 10 checkpoints, as the final runs do", options={"average_last": 10}),
 ]
 BY_NAME = {row.name: row for row in ROWS}
-FAMILIES = ("base", "A", "B", "C", "D", "E")
+FAMILIES = ("base", "A", "B", "C", "D", "E", "R")
 
 
 def base_config(base_set: list[str] | None = None) -> TransformerConfig:
@@ -89,8 +106,9 @@ def base_config(base_set: list[str] | None = None) -> TransformerConfig:
 
 
 def config(row: Row, base_set: list[str] | None = None) -> TransformerConfig:
-    """The row's TransformerConfig: the base with the row's changes."""
-    return base_config(base_set).replace(**row.changes)
+    """The row's TransformerConfig: the base with the row's changes (and its BPE size as the vocabulary)."""
+    base = base_config(base_set)
+    return base.replace(**row.changes, vocab_size=row.options.get("bpe_size", base.vocab_size))
 
 
 def select(names: list[str]) -> list[Row]:
@@ -111,7 +129,8 @@ def select(names: list[str]) -> list[Row]:
 
 def describe(row: Row, c: TransformerConfig) -> str:
     """The row's changes as FIELD=VALUE, with the d_k (= d_v) that follows from them."""
-    text = " ".join(f"{k}={v}" for k, v in row.changes.items()) or "-"
+    text = " ".join([*(f"{k}={v}" for k, v in row.changes.items()),
+                     *(f"--{k.replace('_', '-')} {v}" for k, v in row.options.items())]) or "-"
     if any(k in row.changes for k in ("h", "d_model")):
         text += f" (d_k=d_v={c.d_k or c.d_model // c.h})"
     return text
@@ -137,7 +156,7 @@ def listing() -> str:
 
 def record(row: Row, seed: int, metrics: dict) -> dict:
     """One run's line of summary.json, taken from its metrics.json."""
-    return {"row": row.name, "family": row.family, "seed": seed, "changes": row.changes,
+    return {"row": row.name, "family": row.family, "seed": seed, "changes": row.changes, "options": row.options,
             "val_ppl": metrics["val"]["ppl"], "val_bleu": metrics["bleu"]["val"]["sacrebleu"]["score"],
             "val_bleu_tok_lc": metrics["bleu"]["val"]["tok_lc"]["score"], "parameters": metrics["parameters"],
             "train_s": metrics["provenance"]["wall_s"]["train"], "total_s": metrics["provenance"]["wall_s"]["total"],
@@ -175,11 +194,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m aiayn.variations", description="Table 3 (§6.2) at Multi30k scale: "
                                 "train each variation of the multi30k model through aiayn.experiment and score val.")
     p.add_argument("--list", action="store_true", help="print every row with the paper's values and stop")
-    p.add_argument("--rows", nargs="+", default=["all"], help="row names, families (A-E), base, or all")
+    p.add_argument("--rows", nargs="+", default=["all"], help="row names, families (A-E, R), base, or all")
+    p.add_argument("--parallel", type=int, default=1, help="runs at once, each its own process (they share the GPU)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--budget", type=float, default=80.0, help="seconds per run (aiayn.experiment --time-budget)")
     p.add_argument("--max-total", type=float, default=540.0,
-                   help="refuse when the runs to do × --budget exceed this many seconds")
+                   help="refuse when the waves of --parallel runs × --budget exceed this many seconds")
     p.add_argument("--out", default=str(ROOT / "results" / "variations"), help="one folder <row>-s<seed> per run")
     p.add_argument("--ckpt-root", default=str(ROOT / "checkpoints" / "variations"), help="scratch for checkpoints")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoints (default: delete)")
@@ -188,23 +208,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bpe-size", type=int, default=8000)
     p.add_argument("--average-last", type=int, default=1, help="the paper's Table 3 uses no checkpoint averaging")
     p.add_argument("--eval-reserve", type=float, default=25.0, help="seconds of each budget kept for scoring val")
-    for name in ("--max-tokens", "--max-updates", "--warmup", "--limit-train", "--decode-batch"):
+    for name in ("--max-tokens", "--max-updates", "--warmup", "--limit-train", "--decode-batch", "--max-output",
+                 "--pad-multiple"):
         p.add_argument(name, type=int, default=None, help="passed to aiayn.experiment")
     p.add_argument("--factor", type=float, default=None, help="passed to aiayn.experiment")
+    p.add_argument("--precision", default=None, help="passed to aiayn.experiment")
     return p.parse_args(argv)
 
 
 def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ckpt: Path) -> list[str]:
-    """The aiayn.experiment command line of one (row, seed) run."""
+    """The aiayn.experiment command line of one (row, seed) run: the row's changes and options over the base."""
     changes = {**experiment.model_overrides(args.base_set), **row.changes}
+    options = {"bpe_size": args.bpe_size, "average_last": args.average_last, "max_tokens": args.max_tokens,
+               "warmup": args.warmup, "factor": args.factor, "max_updates": args.max_updates,
+               "limit_train": args.limit_train, "decode_batch": args.decode_batch, "max_output": args.max_output,
+               "pad_multiple": args.pad_multiple, "precision": args.precision, **row.options}
     argv = ["--direction", args.direction, "--out", str(out), "--ckpt-dir", str(ckpt), "--preset", BASE,
-            "--set", *(f"{k}={v}" for k, v in changes.items()), "--bpe-size", str(args.bpe_size),
-            "--average-last", str(args.average_last), "--eval-reserve", f"{args.eval_reserve:g}",
-            "--time-budget", f"{args.budget:g}", "--seed", str(seed), "--splits", "val"]
-    for name in ("max_tokens", "max_updates", "warmup", "limit_train", "decode_batch", "factor"):
-        if getattr(args, name) is not None:
-            argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            "--eval-reserve", f"{args.eval_reserve:g}", "--time-budget", f"{args.budget:g}", "--seed", str(seed),
+            "--splits", "val"]
+    if changes:
+        argv += ["--set", *(f"{k}={v}" for k, v in changes.items())]
+    for name, value in options.items():
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
+
+
+def _launch(argv: list[str], log: Path, concurrent: int) -> subprocess.Popen:
+    """One run of aiayn.experiment in its own process, its output in `log`."""
+    env = {**os.environ, "AIAYN_CONCURRENT_RUNS": str(concurrent)}
+    if not torch.cuda.is_available():  # CPU runs side by side share the cores
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // concurrent)))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as handle:
+        return subprocess.Popen([sys.executable, "-m", "aiayn.experiment", *argv], stdout=handle,
+                                stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
 def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
@@ -216,6 +254,8 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
         except (TypeError, ValueError) as err:
             raise VariationsError(f"row {row.name} on --base-set {' '.join(args.base_set)}: {err}; "
                                   f"choose a base where every chosen row is valid") from None
+    if args.parallel < 1:
+        raise VariationsError(f"--parallel must be at least 1, got {args.parallel}")
     out, ckpt_root = Path(args.out), Path(args.ckpt_root)
     if not torch.cuda.is_available() and out.resolve().is_relative_to((ROOT / "results").resolve()):
         raise VariationsError(f"--out {out} is in results/, which holds GPU runs only; this machine has no GPU: "
@@ -224,40 +264,49 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
         raise VariationsError(f"--ckpt-root {ckpt_root} lies inside --out {out}; results hold no checkpoints")
     plan = [(row, seed) for row in rows for seed in args.seeds]
     todo = [(row, seed) for row, seed in plan if not (out / f"{row.name}-s{seed}" / "metrics.json").is_file()]
-    need = len(todo) * args.budget
-    print(f"{len(plan)} runs chosen, {len(plan) - len(todo)} already done; {len(todo)} × {args.budget:g} s = "
-          f"{need:.0f} s, about {need + STARTUP_S:.0f} s with start-up (--max-total {args.max_total:g} s)", flush=True)
+    waves = -(-len(todo) // args.parallel)
+    need = waves * args.budget
+    print(f"{len(plan)} runs chosen, {len(plan) - len(todo)} already done; {len(todo)} to do, {args.parallel} at once: "
+          f"{waves} × {args.budget:g} s = {need:.0f} s, about {need + STARTUP_S:.0f} s with start-up "
+          f"(--max-total {args.max_total:g} s)", flush=True)
     if need > args.max_total:
-        fit = int(args.max_total // args.budget)
-        raise VariationsError(f"{len(todo)} runs × --budget {args.budget:g} s = {need:.0f} s exceeds --max-total "
-                              f"{args.max_total:g} s; choose fewer --rows or --seeds (at most {fit} runs fit) and "
-                              f"run the rest in another call: finished runs are skipped")
+        fit = int(args.max_total // args.budget) * args.parallel
+        raise VariationsError(f"{waves} waves × --budget {args.budget:g} s = {need:.0f} s exceeds --max-total "
+                              f"{args.max_total:g} s; choose fewer --rows or --seeds (at most {fit} runs fit) or a "
+                              f"larger --parallel, and run the rest in another call: finished runs are skipped")
     command = " ".join(["python -m aiayn.variations", *argv])
-    failures = []
-    if todo:
-        tokenizer = ckpt_root / f"tokenizer-{args.bpe_size}.json"
-        from aiayn.tokenization import multi30k_tokenizer
-        multi30k_tokenizer(args.bpe_size, tokenizer)  # learned once, copied into every run
-    for k, (row, seed) in enumerate(todo):
-        name = f"{row.name}-s{seed}"
-        ckpt = ckpt_root / name
-        shutil.rmtree(ckpt, ignore_errors=True)  # an interrupted run starts again from scratch
-        ckpt.mkdir(parents=True)
-        shutil.copyfile(tokenizer, ckpt / "tokenizer.json")
-        print(f"\n== {name} ({k + 1}/{len(todo)}): {describe(row, config(row, args.base_set))}", flush=True)
-        try:
-            code = experiment.main(experiment_argv(args, row, seed, out / name, ckpt))  # its budget starts now
-            if code:
-                failures.append({"run": name, "error": f"aiayn.experiment exited with {code} (message above)"})
-        except Exception as err:  # noqa: BLE001  one failed run (e.g. out of memory) must not stop the others
-            failures.append({"run": name, "error": f"{type(err).__name__}: {err}"})
-            print(f"error: {name} failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-        if not args.keep_checkpoints:
-            shutil.rmtree(ckpt, ignore_errors=True)
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        write_summary(out, failures, command)
+    for size in dict.fromkeys(row.options.get("bpe_size", args.bpe_size) for row, _ in todo):
+        corpus.encoded(size)  # made here once, before the runs read it side by side
+    failures, running, queue = [], {}, list(todo)
+    concurrent = min(args.parallel, len(todo))
+    timeout = 1.5 * args.budget + 60  # the experiment keeps its own budget; this only catches a hung run
+    while queue or running:
+        while queue and len(running) < args.parallel:
+            row, seed = queue.pop(0)
+            name = f"{row.name}-s{seed}"
+            shutil.rmtree(ckpt_root / name, ignore_errors=True)  # an interrupted run starts again from scratch
+            print(f"start {name}: {describe(row, config(row, args.base_set))}", flush=True)
+            log = out / name / "run.log"
+            running[name] = (_launch(experiment_argv(args, row, seed, out / name, ckpt_root / name), log, concurrent),
+                             time.perf_counter(), log)
+        time.sleep(0.2)
+        for name, (process, start, log) in list(running.items()):
+            if process.poll() is None and time.perf_counter() - start > timeout:
+                process.kill()
+                process.wait()
+                failures.append({"run": name, "error": f"killed after {timeout:.0f} s (see {log})"})
+            elif process.poll() is not None and process.returncode != 0:
+                tail = log.read_text(encoding="utf-8").strip().splitlines()[-1:] if log.is_file() else []
+                failures.append({"run": name, "error": f"aiayn.experiment exited with {process.returncode}: "
+                                                       f"{' '.join(tail)} (see {log})"})
+                print(f"error: {name} failed; see {log}", file=sys.stderr, flush=True)
+            if process.poll() is None:
+                continue
+            del running[name]
+            print(f"done {name} after {time.perf_counter() - start:.0f} s", flush=True)
+            if not args.keep_checkpoints:
+                shutil.rmtree(ckpt_root / name, ignore_errors=True)
+            write_summary(out, failures, command)
     summary = write_summary(out, failures, command)
     print(f"\nwrote {out}/summary.json: {len(summary['runs'])} runs; "
           f"{time.perf_counter() - started:.0f} s in all", flush=True)
@@ -268,6 +317,16 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
         print(f"{len(failures)} runs failed: {', '.join(f['run'] for f in failures)}; call again to retry them",
               file=sys.stderr)
     return 1 if failures else 0
+
+
+def best_row(summary: dict) -> dict:
+    """The row with the highest mean validation BLEU (sacreBLEU): the recipe for the final runs, chosen on val only."""
+    if not summary.get("by_row"):
+        raise VariationsError("the summary holds no finished runs to choose from; run the variations first")
+    name = max(summary["by_row"], key=lambda n: summary["by_row"][n]["val_bleu_mean"])
+    row = BY_NAME[name]
+    return {"row": name, "changes": row.changes, "options": row.options,
+            "val_bleu_mean": summary["by_row"][name]["val_bleu_mean"], "chosen_on": "Multi30k val, sacreBLEU"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,10 +11,10 @@ import torch
 
 from _common import output_path, write
 
-from aiayn.data import load
+from aiayn import corpus
 from aiayn.decoding import EOS, beam_search
-from aiayn.model import PRESETS, TransformerConfig, make_model
-from aiayn.tokenization import Tokenizer, multi30k_tokenizer
+from aiayn.model import PRESETS, make_model
+from aiayn.pretrained import load_file
 
 
 def source_batches(ids: list[list[int]], batch_size: int, pad_id: int, device) -> list[torch.Tensor]:
@@ -54,30 +54,30 @@ def main(argv=None) -> dict:
     out = output_path(args.out, "bench_decode.json", device, args.quick)
     src_lang, _ = args.direction.split("-")
     if args.ckpt_dir:
-        ckpt = torch.load(Path(args.ckpt_dir) / "averaged.pt", map_location="cpu", weights_only=False)
-        model = make_model(TransformerConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
-        tokenizer, weights = Tokenizer.load(Path(args.ckpt_dir) / "tokenizer.json"), "trained"
+        trained = load_file(Path(args.ckpt_dir) / "averaged.pt")  # the weights and tokenizer.json beside them
+        model, tokenizer, weights = trained.model, trained.tokenizer, "trained"
+        encoded = corpus.encoded(len(tokenizer))
+        if encoded.tokenizer != tokenizer:
+            raise SystemExit(f"error: the encoded cache of BPE {len(tokenizer)} is not the tokenizer in {args.ckpt_dir}")
     else:
-        vocab = 1000 if args.quick else PRESETS["multi30k"].vocab_size
-        tokenizer = multi30k_tokenizer(vocab, Path("/tmp") / f"aiayn_bench_tokenizer_{vocab}.json")
-        config = PRESETS["multi30k"].replace(vocab_size=len(tokenizer))
+        encoded = corpus.encoded(1000 if args.quick else PRESETS["multi30k"].vocab_size)
+        config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer))
         model, weights = make_model(config.replace(N=1, d_model=32, d_ff=64, h=2) if args.quick else config), "random"
         args.limit = 32 if args.quick else args.limit
     model = model.to(device).eval()
-    sentences = [s for s, _ in load("test2016", *args.direction.split("-"))][: args.limit]
-    batches = source_batches([tokenizer.encode(s, src_lang) for s in sentences], args.batch, model.config.pad_id, device)
+    sources = encoded.ids["test2016"][src_lang][: args.limit]  # from the encoded cache: no spaCy needed
+    batches = source_batches(sources, args.batch, model.config.pad_id, device)
     decode_all(model, batches[:1], True)  # warm-up
     results = {}
     for name, use_cache in (("cache", True), ("no_cache", False)):
         secs, hyps = decode_all(model, batches, use_cache)
-        results[name] = {"seconds": secs, "sentences_per_s": len(sentences) / secs,
+        results[name] = {"seconds": secs, "sentences_per_s": len(sources) / secs,
                          "output_tokens_per_s": sum(len(h) + 1 for h in hyps) / secs}
         results[name]["hypotheses"] = hyps
         print(f"{name:9s} {results[name]['sentences_per_s']:10.1f} sentences/s  ({secs:.2f} s)")
     same = results["cache"].pop("hypotheses") == results["no_cache"].pop("hypotheses")
     report = {"config": {"model": model.config.__dict__, "weights": weights, "ckpt_dir": args.ckpt_dir,
-                         "direction": args.direction, "sentences": len(sentences), "batch": args.batch,
+                         "direction": args.direction, "sentences": len(sources), "batch": args.batch,
                          "beam_size": 4, "alpha": 0.6, "max_output": "input length + 50", "quick": args.quick},
               "results": results, "speedup_cache": results["no_cache"]["seconds"] / results["cache"]["seconds"],
               "same_hypotheses": same}

@@ -1,6 +1,7 @@
 """Training throughput and MFU of aiayn's Transformer against PyTorch's nn.Transformer at the same configuration.
 
     python benchmarks/train_throughput.py                       # GPU: base model, batch 256 x 48, results/bench_train.json
+    python benchmarks/train_throughput.py --preset multi30k --out results/bench_train_multi30k.json
     python benchmarks/train_throughput.py --quick --out /tmp/bench_train.json    # CPU smoke test, tiny sizes
 """
 import argparse
@@ -8,41 +9,18 @@ import math
 import time
 
 import torch
-from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from _common import output_path, write
 
-from aiayn.embeddings import Embeddings
+from aiayn.floor import TorchTransformer
 from aiayn.model import PRESETS, count_parameters, make_model
-from aiayn.positional import PositionalEncoding
-from aiayn.training import LabelSmoothingLoss, TrainConfig, train
+from aiayn.training import AMP_DTYPES, LabelSmoothingLoss, TrainConfig, choose_precision, train
 
 PEAK_BF16_TFLOPS = {  # dense bf16 tensor-core peaks from the vendor's data sheets, matched in this order
     "H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "GH200": 989.4, "A100": 312.0,
     "L40S": 362.0, "L4": 121.0, "A10": 125.0,
 }
-
-
-class TorchTransformer(nn.Module):
-    """PyTorch's nn.Transformer with the book's embeddings (shared, × √d_model), positional encoding and tied softmax."""
-
-    def __init__(self, c):
-        super().__init__()
-        self.config = c
-        self.embed = Embeddings(c.vocab_size, c.d_model)
-        self.src_pe = PositionalEncoding(c.d_model, c.max_len, c.P_drop)
-        self.tgt_pe = PositionalEncoding(c.d_model, c.max_len, c.P_drop)
-        self.core = nn.Transformer(c.d_model, c.h, c.N, c.N, c.d_ff, c.P_drop, batch_first=True, norm_first=c.norm_first)
-        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.generator.weight = self.embed.lut.weight
-
-    def forward(self, src, tgt):  # (batch, S), (batch, T) -> logits (batch, T, vocab)
-        pad = self.config.pad_id
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device, dtype=torch.bool)
-        h = self.core(self.src_pe(self.embed(src)), self.tgt_pe(self.embed(tgt)), tgt_mask=causal, tgt_is_causal=True,
-                      src_key_padding_mask=src == pad, tgt_key_padding_mask=tgt == pad, memory_key_padding_mask=src == pad)
-        return self.generator(h)
 
 
 def peak_tflops(name: str, given: float | None) -> float | None:
@@ -52,21 +30,22 @@ def peak_tflops(name: str, given: float | None) -> float | None:
     return next((v for key, v in PEAK_BF16_TFLOPS.items() if key in name), None)
 
 
-def flops_per_step(model, batch, bf16: bool) -> int:
+def flops_per_step(model, batch, precision: str) -> int:
     """FLOPs of one forward + backward pass, counted by torch.utils.flop_counter (matmuls and attention)."""
     src, tgt_in, tgt_out = batch
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id)
     with FlopCounterMode(display=False) as counter:
-        with torch.autocast(src.device.type, torch.bfloat16, enabled=bf16):
+        with torch.autocast(src.device.type, AMP_DTYPES[precision], enabled=precision != "fp32"):
             logits = model(src, tgt_in)
         loss_fn(logits, tgt_out).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
 
-def seconds(model, batch, steps: int, bf16: bool) -> float:
+def seconds(model, batch, steps: int, precision: str) -> float:
     """Wall time of `steps` updates of the book's training loop (forward, label-smoothed loss, backward, Adam)."""
-    cfg = TrainConfig(warmup=4000, max_updates=steps, epochs=1, bf16=bf16, progress=False, log=False)
+    cfg = TrainConfig(warmup=4000, max_updates=steps, epochs=1, precision=precision, progress=False, log=False,
+                      log_every=steps)
     if batch[0].is_cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -79,25 +58,27 @@ def seconds(model, batch, steps: int, bf16: bool) -> float:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (a CPU check, not a measurement)")
+    p.add_argument("--preset", choices=("base", "multi30k"), default="base", help="the model configuration")
     p.add_argument("--batch", type=int, default=256, help="sentences per batch")
     p.add_argument("--length", type=int, default=48, help="source and target tokens per sentence")
-    p.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size")
+    p.add_argument("--vocab", type=int, default=None, help="shared vocabulary size (default: the preset's)")
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed updates before each measurement")
     p.add_argument("--steps", type=int, default=50, help="timed updates per measurement")
     p.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times; the best counts")
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
     p.add_argument("--compile-reference", action="store_true", help="torch.compile nn.Transformer too")
-    p.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast (GPU)")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                   help="autocast precision; auto: bf16 on recent GPUs, fp16 on older ones, fp32 on a CPU")
     p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of the device, for MFU")
     p.add_argument("--out", default=None, help="JSON report; default results/bench_train.json on a GPU")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = output_path(args.out, "bench_train.json", device, args.quick)
-    config = PRESETS["base"].replace(vocab_size=args.vocab)
+    config = PRESETS[args.preset].replace(vocab_size=args.vocab or PRESETS[args.preset].vocab_size)
     if args.quick:
         config = config.replace(vocab_size=1000, N=2, d_model=64, d_ff=128, h=4)
         args.batch, args.length, args.warmup_steps, args.steps, args.rounds = 8, 12, 2, 3, 1
-    bf16 = device.type == "cuda" and not args.no_bf16
+    precision = choose_precision(device, args.precision)
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(4, config.vocab_size, (args.batch, 2, args.length), generator=g)
     src, tgt = tokens[:, 0], tokens[:, 1]
@@ -106,13 +87,13 @@ def main(argv=None) -> dict:
 
     torch.manual_seed(0)
     models = {"aiayn": make_model(config).to(device), "nn.Transformer": TorchTransformer(config).to(device)}
-    report = {"config": {"model": config.__dict__, "batch": args.batch, "length": args.length, "bf16": bf16,
+    report = {"config": {"model": config.__dict__, "batch": args.batch, "length": args.length, "precision": precision,
                          "compile": args.compile, "compile_reference": args.compile_reference,
                          "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds,
                          "quick": args.quick, "tokens_per_step": tokens_per_step},
               "flops_method": "torch.utils.flop_counter: forward + backward of one batch (matmuls and attention; "
                               "the optimizer and elementwise ops are not counted)"}
-    flops = {name: flops_per_step(m, batch, bf16) for name, m in models.items()}
+    flops = {name: flops_per_step(m, batch, precision) for name, m in models.items()}
     runners = {"aiayn": torch.compile(models["aiayn"]) if args.compile else models["aiayn"],
                "nn.Transformer": torch.compile(models["nn.Transformer"]) if args.compile_reference
                else models["nn.Transformer"]}
@@ -121,8 +102,8 @@ def main(argv=None) -> dict:
     times = {k: [] for k in runners}
     for _ in range(args.rounds):
         for key, model in runners.items():
-            seconds(model, batch, args.warmup_steps, bf16)  # warm-up: kernels, allocator, compilation
-            times[key].append(seconds(model, batch, args.steps, bf16))
+            seconds(model, batch, args.warmup_steps, precision)  # warm-up: kernels, allocator, compilation
+            times[key].append(seconds(model, batch, args.steps, precision))
     results = {}
     for key in runners:
         best = min(times[key])

@@ -82,3 +82,76 @@ def test_collated_size_matches_budget(lengths):
     for b in token_batches(lengths, 1000, seed=0)[:20]:
         src, tgt_in, _ = collate([pairs[i] for i in b])
         assert src.numel() + tgt_in.numel() == padded_tokens(b, lengths) <= 1000
+
+
+# --- EpochBatches: built once, reordered every epoch -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pairs():
+    rng = random.Random(2)
+    return [([rng.randint(4, 99) for _ in range(rng.randint(1, 30))], [rng.randint(4, 99) for _ in range(rng.randint(1, 35))])
+            for _ in range(1500)]
+
+
+def test_epoch_batches_unshuffled_equal_token_batches_and_collate(pairs):
+    from aiayn.batching import EpochBatches
+
+    ours = EpochBatches(pairs, 700, shuffle=False)(0)
+    theirs = [collate([pairs[i] for i in b]) for b in token_batches(example_lengths(pairs), 700, shuffle=False)]
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert a.tokens == int((b[2] != 0).sum())
+
+
+@pytest.mark.parametrize("pad_multiple", [1, 8])
+def test_epoch_batches_hold_every_pair_once_within_the_budget(pairs, pad_multiple):
+    from aiayn.batching import EpochBatches
+
+    batches = EpochBatches(pairs, 700, seed=5, pad_multiple=pad_multiple)
+    seen = []
+    for epoch in range(3):
+        epoch_batches = batches(epoch)
+        assert len(epoch_batches) == len(batches)
+        rows = []
+        for src, tgt_in, tgt_out in epoch_batches:
+            assert src.numel() + tgt_in.numel() <= 700
+            assert src.size(1) % pad_multiple == 0 and tgt_in.size(1) % pad_multiple == 0
+            for s, t in zip(src.tolist(), tgt_out.tolist()):
+                s, t = [i for i in s if i], [i for i in t if i]
+                rows.append((tuple(s[:-1]), tuple(t[:-1])))  # without </s>
+        assert sorted(rows) == sorted((tuple(s), tuple(t)) for s, t in pairs)
+        assert all(b.tokens == int((b[2] != 0).sum()) for b in epoch_batches)
+        seen.append([b[0].tolist() for b in epoch_batches])
+    assert seen[0] != seen[1] != seen[2]  # a new order every epoch
+    assert [b[0].tolist() for b in batches(1)] == seen[1]  # and the same order for the same epoch
+
+
+def test_epoch_batches_keep_widths_and_mix_equal_lengths(pairs):
+    """Reordering only swaps pairs of equal lengths: each batch keeps its size and width, but not its pairs."""
+    from aiayn.batching import EpochBatches
+
+    batches = EpochBatches(pairs, 700, seed=0)
+    shapes = lambda epoch: sorted(tuple(t.shape for t in b) for b in batches(epoch))  # noqa: E731
+    assert shapes(0) == shapes(1)
+    contents = lambda epoch: sorted(b[0].tolist() for b in batches(epoch))  # noqa: E731
+    assert contents(0) != contents(1)
+
+
+def test_epoch_batches_refuse_empty_and_oversized_input():
+    from aiayn.batching import EpochBatches
+
+    with pytest.raises(ValueError, match="at least one"):
+        EpochBatches([], 100)
+    with pytest.raises(ValueError, match="raise max_tokens"):
+        EpochBatches([([5] * 60, [6] * 60)], 100)
+
+
+def test_batch_moves_with_its_token_count():
+    from aiayn.batching import Batch
+
+    batch = Batch(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long),
+                  torch.ones(2, 4, dtype=torch.long), 8)
+    moved = batch.to("cpu")
+    src, tgt_in, tgt_out = moved
+    assert moved.tokens == 8 and src.shape == (2, 3) and isinstance(moved, tuple)

@@ -3,14 +3,14 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from aiayn import results
 
 PROVENANCE = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.13.0+cu128", "cuda": "12.8", "python": "3.11.7",
               "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": False,
-              "date": "2026-01-02T03:04:05+00:00", "command": "python -m aiayn.experiment --direction en-de"}
+              "date": "2026-01-02T03:04:05+00:00", "command": "python -m aiayn.experiment --direction en-de",
+              "concurrent_runs": 4}
 
 
 def split_scores(score: float, n: int) -> dict:
@@ -24,7 +24,7 @@ def split_scores(score: float, n: int) -> dict:
 def metrics(direction="en-de", N=4, P_drop=0.3, val_bleu=40.0) -> dict:
     src, tgt = direction.split("-")
     return {
-        "direction": direction, "src_lang": src, "tgt_lang": tgt,
+        "direction": direction, "src_lang": src, "tgt_lang": tgt, "layers": "aiayn",
         "bleu": {split: split_scores(val_bleu if split == "val" else 41.25, 3) for split in results.SPLITS},
         "val": {"loss": 2.5, "nll": 1.5, "ppl": math.exp(1.5)}, "parameters": 9_400_000, "updates": 6000, "epochs": 25,
         "stopped_by": "time budget", "averaged_checkpoints": [f"step_{i:08d}.pt" for i in range(10)],
@@ -77,20 +77,23 @@ def test_load_run_and_missing_files(run_dir, tmp_path):
     assert run["metrics"]["updates"] == 6000
     # one line per sentence: an empty output stays a line, and U+2028 inside a line does not split it
     assert results.hypotheses(run, "test2016") == ["Ein Hund läuft.", "", "Zwei\u2028Katzen."]
-    assert "python -m aiayn.experiment --direction de-en --out results/de-en --time-budget 540" in results.missing("de-en")
-    assert results.experiment_argv("en-de", "/x") == ["--direction", "en-de", "--out", "/x", "--time-budget", "540"]
+    assert results.missing("de-en") == ("de-en: not stored yet. It is made on a GPU by\n    python -m aiayn.plan run "
+                                        "final --out DIR && python -m aiayn.plan install DIR")
+    assert "aiayn.plan run speed" in results.missing("bench_train.json")
+    assert "aiayn.plan run search" in results.missing("variations")
 
 
 def test_provenance_and_config_lines(run_dir):
     m = results.load_run(run_dir)["metrics"]
     assert results.provenance_line(m) == (
-        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128, CUDA 12.8 | commit 0123456789 | 2026-01-02 | "
-        "539 s in all, 440 s of training\n  command: python -m aiayn.experiment --direction en-de")
+        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128, CUDA 12.8 | commit 0123456789 | 2026-01-02 | 4 run(s) sharing "
+        "the device | 539 s in all, 440 s of training\n  command: python -m aiayn.experiment --direction en-de")
     assert results.provenance_line({"provenance": {**PROVENANCE, "git_dirty": True, "cuda": None}}).startswith(
-        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128 | commit 0123456789 with uncommitted changes | 2026-01-02\n")
+        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128 | commit 0123456789 with uncommitted changes | 2026-01-02 | 4 run")
     assert results.config_line(m) == (
-        "N=4 d_model=256 d_ff=1024 h=4 P_drop=0.3 eps_ls=0.1, 9.40M parameters; joint BPE 8000, 8000-token batches; "
-        "6000 updates in 25 epochs (stopped by time budget); average of 10 checkpoints; beam 4, alpha 0.6")
+        "aiayn layers, N=4 d_model=256 d_ff=1024 h=4 P_drop=0.3 eps_ls=0.1, 9.40M parameters; joint BPE 8000, "
+        "8000-token batches; 6000 updates in 25 epochs (stopped by time budget); average of 10 checkpoints; beam 4, "
+        "alpha 0.6")
     assert results.describe(results.load_run(run_dir), "ours").endswith(
         "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")
 
@@ -101,11 +104,12 @@ def test_bleu_table_puts_ours_before_the_anchors_of_each_direction(run_dir):
     assert table.loc[0].tolist()[:5] == ["ours", "en-de", "Multi30k test 2016", results.SACREBLEU, 41.25]
     assert table.loc[1].tolist()[:5] == ["ours", "en-de", "Multi30k test 2016", results.TOK_LC, 41.75]
     assert table.loc[1, "note"] == "9.4M parameters, 6000 updates, beam 4, alpha 0.6, on NVIDIA H100 80GB HBM3"
-    assert table["direction"].tolist() == ["en-de"] * 7 + ["de-en"] * 3
+    assert table["direction"].tolist() == ["en-de"] * 5 + ["de-en"] * 1
     wu = table[table["system"].str.startswith("Wu")].iloc[0]
     assert (wu["BLEU"], wu["metric"], wu["direction"]) == (41.02, results.TOK_LC, "en-de")
-    floor = table[table["system"].str.startswith("plain nn.Transformer")]
-    assert floor["BLEU"].tolist() == [39.05, 39.55, 39.70, 39.91]
+    assert not table["system"].str.contains("nn.Transformer").any()  # the floor is a stored run, never a typed figure
+    both = results.bleu_table({"ours": results.load_run(run_dir), "floor": results.load_run(run_dir)})
+    assert both["system"].tolist()[:4] == ["ours", "ours", "floor", "floor"]
     assert table[table["test set"] == "WMT newstest2014"]["BLEU"].tolist() == [27.3, 28.4]
     assert table[table["system"] == "bentrevett tutorial"]["BLEU"].tolist() == [36.52]
 
@@ -187,16 +191,3 @@ def test_benchmark_tables():
     assert results.decode_benchmark_table(decode).to_dict("index") == {
         "cache": {"sentences/s": 500.0, "output tokens/s": 7000.0, "seconds": 2.0},
         "no_cache": {"sentences/s": 125.0, "output tokens/s": 1750.0, "seconds": 8.0}}
-
-
-def test_sweep_table(tmp_path):
-    assert results.sweep_table(tmp_path / "sweep") is None
-    for name, N, val_bleu in (("N3", 3, 38.0), ("N6", 6, 40.5), ("N4", 4, 39.0)):
-        (tmp_path / "sweep" / name).mkdir(parents=True)
-        (tmp_path / "sweep" / name / "metrics.json").write_text(json.dumps(metrics(N=N, val_bleu=val_bleu)))
-    table = results.sweep_table(tmp_path / "sweep")
-    assert table.index.tolist() == ["N6", "N4", "N3"]
-    assert table.columns.tolist() == ["N", "direction", "parameters (M)", "updates", "val ppl",
-                                      f"val {results.SACREBLEU}"]
-    assert table["N"].tolist() == [6, 4, 3] and table[f"val {results.SACREBLEU}"].tolist() == [40.5, 39.0, 38.0]
-    assert isinstance(table, pd.DataFrame)

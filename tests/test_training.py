@@ -1,8 +1,5 @@
-"""§5.2–5.4: schedule values, label smoothing, accumulation, resume, DDP, checkpoint errors, the copy task."""
+"""§5.2–5.4: schedule, label smoothing, accumulation, precision, resume, non-finite gradients, DDP, the copy task."""
 import math
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
@@ -10,8 +7,10 @@ import torch.multiprocessing as mp
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from aiayn.model import TransformerConfig, make_model
+from aiayn.batching import EpochBatches
 from aiayn.training import (COPY_MODEL, COPY_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
-                            copy_batches, copy_task_data, greedy, make_optimizer, rate, read_checkpoint, train)
+                            choose_precision, copy_batches, copy_task_data, greedy, make_optimizer, make_scaler, rate,
+                            read_checkpoint, train)
 
 TINY = TransformerConfig(vocab_size=14, N=1, d_model=32, d_ff=64, h=2, P_drop=0.0, max_len=32)
 QUIET = dict(progress=False, log=False)
@@ -163,14 +162,104 @@ def test_corrupt_checkpoint_is_named(tmp_path):
         read_checkpoint(tmp_path / "missing.pt")
 
 
-def test_nan_loss_stops_the_run():
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_nan_loss_stops_the_run_before_any_weight_changes():
     model = tiny()
     with torch.no_grad():
         model.generator.weight[0, 0] = float("nan")
-    with pytest.raises(FloatingPointError, match=r"the loss became nan at update 1 .*weights were not updated"):
-        train(model, copy_batches(2, 4, 5, 14), cfg=TrainConfig(warmup=10, **QUIET))
+    before = _state(model)
+    with pytest.raises(FloatingPointError, match=r"not finite between updates 1 and 1 .*skipped, so no weights"):
+        train(model, copy_batches(2, 4, 5, 14), cfg=TrainConfig(warmup=10, log_every=1, **QUIET))
+    assert all(torch.allclose(before[k], v, rtol=0, atol=0, equal_nan=True) for k, v in model.state_dict().items())
 
 
+@pytest.mark.parametrize("log_every", [1, 50])
+def test_a_nan_gradient_is_never_applied_nor_checkpointed(tmp_path, log_every):
+    """A finite loss with a NaN gradient at update 3: the update is skipped, the run stops, and the error names the
+    newest checkpoint (update 2), whose weights are finite. Reading every 50 updates finds it before the next save."""
+    model = tiny()
+    seen = {"backward": 0}
+
+    def poison(grad):
+        seen["backward"] += 1
+        return torch.full_like(grad, float("nan")) if seen["backward"] == 3 else grad
+
+    model.encoder.layers[0].self_attn.W_Q.weight.register_hook(poison)  # used once per forward pass
+    cfg = TrainConfig(warmup=10, save_every=1, ckpt_dir=str(tmp_path), log_every=log_every, **QUIET)
+    with pytest.raises(FloatingPointError, match=r"step_00000002\.pt, the newest checkpoint, whose weights are finite"):
+        train(model, copy_batches(6, 4, 5, 14), cfg=cfg)
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_00000001.pt", "step_00000002.pt"]
+    newest = read_checkpoint(checkpoints(tmp_path)[-1])["model"]
+    assert all(t.isfinite().all() for t in newest.values())
+    assert all(p.isfinite().all() for p in model.parameters())
+    if log_every == 1:  # read right after the skipped update: the weights are still those of update 2
+        assert all(torch.equal(newest[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("device, capability, expected", [
+    ("cpu", None, "fp32"), ("cuda", (7, 0), "fp16"), ("cuda", (7, 5), "fp16"), ("cuda", (8, 0), "bf16"),
+    ("cuda", (8, 9), "bf16"), ("cuda", (9, 0), "bf16")])
+def test_precision_follows_the_hardware(device, capability, expected):
+    """bf16 from compute capability 8.0 (A100, H100), fp16 with loss scaling below (V100, T4), fp32 on a CPU."""
+    assert choose_precision(device, capability=capability) == expected
+
+
+def test_an_explicit_precision_is_kept_and_a_wrong_one_refused():
+    assert choose_precision("cpu", "fp16") == "fp16" and choose_precision("cuda", "fp32", (9, 0)) == "fp32"
+    with pytest.raises(ValueError, match="'auto', 'bf16', 'fp16' or 'fp32'"):
+        choose_precision("cpu", "fp8")
+    assert make_scaler("fp16", "cpu").get_scale() == 2.0**16  # fp16 gradients need scaling up
+    assert make_scaler("bf16", "cpu").get_scale() == make_scaler("fp32", "cpu").get_scale() == 1.0
+
+
+def test_fp16_training_runs_with_loss_scaling():
+    history = train(tiny(), copy_batches(6, 4, 5, 14), cfg=TrainConfig(warmup=10, precision="fp16", **QUIET))
+    assert len(history["loss"]) == 6 and all(math.isfinite(x) for x in history["loss"])
+
+
+def test_no_batches_and_resume_without_a_folder_are_clear_errors():
+    with pytest.raises(ValueError, match="epoch 1 has 0 batches.*not empty"):
+        train(tiny(), [], cfg=TrainConfig(**QUIET))
+    with pytest.raises(ValueError, match="cfg.ckpt_dir is not set"):
+        train(tiny(), copy_batches(2, 4, 5, 14), cfg=TrainConfig(**QUIET), resume=True)
+
+
+def test_resuming_a_finished_run_says_so(tmp_path, capsys):
+    cfg = TrainConfig(warmup=10, epochs=1, ckpt_dir=str(tmp_path), progress=False)
+    history = train(tiny(), copy_batches(2, 4, 5, 14), cfg=cfg)
+    capsys.readouterr()
+    again = train(tiny(seed=7), copy_batches(2, 4, 5, 14), cfg=cfg, resume=True)
+    assert "the run is finished (2 updates, 1 epochs): nothing to train" in capsys.readouterr().out
+    assert again == history
+
+
+def test_the_loop_reads_from_the_device_only_at_its_read_points(monkeypatch):
+    """Host reads (item, tolist, int, float, bool of a tensor) do not grow with the number of updates: the losses stay
+    on the device until a read, and token counts come with the batches (aiayn.batching.Batch)."""
+    pairs = [([5 + i % 7] * (3 + i % 5), [6 + i % 5] * (4 + i % 3)) for i in range(400)]
+    batches = EpochBatches(pairs, max_tokens=120, seed=0)
+
+    def reads(updates):
+        count = {"n": 0}
+        for name in ("item", "tolist", "__int__", "__float__", "__bool__"):
+            original = getattr(torch.Tensor, name)
+
+            def counting(self, *args, _original=original, **kwargs):
+                count["n"] += 1
+                return _original(self, *args, **kwargs)
+            monkeypatch.setattr(torch.Tensor, name, counting)
+        try:
+            history = train(tiny(), batches, cfg=TrainConfig(warmup=10, max_updates=updates, log_every=1000, **QUIET))
+        finally:
+            monkeypatch.undo()
+        assert len(history["loss"]) == updates
+        return count["n"]
+
+    assert len(batches) > 40
+    assert reads(10) == reads(40)
 def test_early_stopping():
     """With a learning rate of 0 the validation loss never improves: the run stops after 1 + patience epochs."""
     data, val = copy_batches(2, 4, 5, 14, seed=0), copy_batches(1, 4, 5, 14, seed=1)
@@ -217,21 +306,12 @@ def test_copy_task_decodes_exactly():
     assert greedy(model, src, max_len=12) == src.tolist()
 
 
-def test_command_line_help():
-    result = subprocess.run([sys.executable, "-m", "aiayn.training", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0
-    for option in ("--preset", "--direction", "--bpe-size", "--max-tokens", "--max-updates", "--warmup", "--factor",
-                   "--ckpt-dir", "--average-last", "--resume"):
-        assert option in result.stdout
-
-
 def test_max_seconds_stops_and_saves_then_resume_continues(tmp_path):
     data = copy_batches(20, 8, 10, 14)
     train(tiny(), data[:1], cfg=TrainConfig(max_updates=1, **QUIET))  # first-call costs out of the way
     cfg = TrainConfig(warmup=20, epochs=10**6, max_seconds=1.0, ckpt_dir=str(tmp_path), **QUIET)
-    start = time.perf_counter()
     history = train(tiny(), data, cfg=cfg)
-    assert time.perf_counter() - start < 10 and 0 < history["step"][-1] < 20 * 10**6
+    assert 0 < history["step"][-1] < 20 * 10**6
     last = read_checkpoint(checkpoints(tmp_path)[-1])
     assert last["progress"]["step"] == history["step"][-1]  # saved where it stopped
     more = train(tiny(), data, cfg=TrainConfig(warmup=20, epochs=10**6, max_updates=history["step"][-1] + 3,

@@ -1,0 +1,410 @@
+"""The book's GPU runs as one plan, and a rehearsal of the whole plan on the CPU.
+
+The results chapters (§4's timings, §6.1, §6.2) read what these stages write. On a GPU each stage fits one call of
+at most ten minutes; the rehearsal runs every stage in a tiny configuration on the CPU, into a temporary folder (never
+results/), and then executes the results chapters on what it wrote. The GPU runs differ from the rehearsal only by
+the profile: model sizes, time budgets and how many runs share the device.
+
+    python -m aiayn.plan show [--profile gpu]          # every stage's commands
+    python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3, the recipe
+    python -m aiayn.plan run final --out DIR           # both directions and the floor, with the recipe; pretrained files
+    python -m aiayn.plan run speed --out DIR           # training, decoding and layer benchmarks, the fp16 path
+    python -m aiayn.plan rehearse --out DIR            # all of it, tiny, on the CPU; then the chapters
+    python -m aiayn.plan pack DIR --into OUT           # DIR as tar.gz parts of at most 15 MB (what a GPU call returns)
+    python -m aiayn.plan install PARTS_OR_DIR          # a GPU run's results into results/ and pretrained/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+
+from aiayn import corpus, variations
+from aiayn.provenance import ROOT
+
+STAGES = ("search", "final", "speed")
+FINAL_RUNS = {"en-de": ("en-de", "aiayn"), "de-en": ("de-en", "aiayn"),
+              "floor-en-de": ("en-de", "torch"), "floor-de-en": ("de-en", "torch")}
+
+PROFILES = {
+    "gpu": {
+        "bpe_size": 8000,
+        "scaling": {"concurrency": [1, 2, 4, 8], "budget": 45, "args": []},
+        "variations": {"rows": ["all"], "parallel": "auto", "budget": "fit", "total": 400, "args": []},
+        "final": {"parallel": 4, "budget": 480, "args": ["--pad-multiple", "8"]},
+        "speed": [
+            ["benchmarks/train_throughput.py", "--out", "{out}/bench_train.json"],
+            ["benchmarks/train_throughput.py", "--compile", "--compile-reference", "--out", "{out}/bench_train_compiled.json"],
+            ["benchmarks/train_throughput.py", "--preset", "multi30k", "--batch", "320", "--length", "24",
+             "--out", "{out}/bench_train_multi30k.json"],
+            ["benchmarks/train_throughput.py", "--preset", "multi30k", "--batch", "320", "--length", "24",
+             "--precision", "fp16", "--out", "{out}/bench_train_multi30k_fp16.json"],
+            ["benchmarks/layers.py", "--out", "{out}/layers_gpu.json"],
+        ],
+        "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--out", "{out}/bench_decode.json"],
+    },
+    "tiny": {  # the rehearsal: the same stages with a model and budgets that a 2-core CPU runs in minutes
+        "bpe_size": 1000,
+        "scaling": {"concurrency": [1, 2], "budget": 30,
+                    "args": ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000",
+                             "--limit-train", "3", "--max-updates", "6", "--warmup", "10"]},
+        "variations": {"rows": ["base", "A-h1", "R-factor1"], "parallel": "auto", "budget": 60, "total": 240,
+                       "args": ["--base-set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000",
+                                "--limit-train", "3", "--max-updates", "6", "--warmup", "10", "--max-output", "6",
+                                "--eval-reserve", "40"]},
+        "final": {"parallel": 2, "budget": 120,
+                  "args": ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000", "--limit-train", "3",
+                           "--max-updates", "6", "--warmup", "10", "--average-last", "2", "--max-output", "6",
+                           "--decode-batch", "256", "--eval-reserve", "100"]},
+        "speed": [
+            ["benchmarks/train_throughput.py", "--quick", "--out", "{out}/bench_train.json"],
+            ["benchmarks/train_throughput.py", "--quick", "--precision", "fp16", "--out",
+             "{out}/bench_train_multi30k_fp16.json"],
+            ["benchmarks/layers.py", "--quick", "--out", "{out}/layers_gpu.json"],
+        ],
+        "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--limit", "16", "--out",
+                   "{out}/bench_decode.json"],
+    },
+}
+
+
+class PlanError(RuntimeError):
+    """A stage that cannot run as asked; the message says what to do."""
+
+
+def _python(args: list[str], log: Path, env: dict | None = None) -> int:
+    """Run `python ARGS` from the repository root, its output into `log` (and a line on the console)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as handle:
+        code = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                              env={**os.environ, **(env or {})}).returncode
+    print(f"{'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - start:.0f} s: python "
+          f"{' '.join(args)}  [{log}]", flush=True)
+    return code
+
+
+def _experiments(runs: dict[str, list[str]], out: Path, parallel: int) -> dict[str, int]:
+    """Several `python -m aiayn.experiment` runs, `parallel` at a time, each with its own log; name -> exit code."""
+    queue, running, codes = list(runs.items()), {}, {}
+    concurrent = min(parallel, len(runs))
+    while queue or running:
+        while queue and len(running) < parallel:
+            name, argv = queue.pop(0)
+            running[name] = (variations._launch(argv, out / f"{name}.log", concurrent), time.perf_counter())
+        time.sleep(0.2)
+        for name, (process, start) in list(running.items()):
+            if process.poll() is not None:
+                codes[name] = process.returncode
+                del running[name]
+                print(f"{'ok' if process.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f} s: "
+                      f"{name} [{out / f'{name}.log'}]", flush=True)
+    return codes
+
+
+def scaling(profile: dict, out: Path, scratch: Path) -> dict:
+    """Training throughput of 1, 2, 4, ... runs sharing the device: per run and in total (target tokens/s)."""
+    p = profile["scaling"]
+    report = {"budget_s": p["budget"], "results": []}
+    for k in p["concurrency"]:
+        runs = {f"k{k}-{i}": ["--direction", "en-de", "--out", str(out / "scaling" / f"k{k}-{i}"),
+                              "--ckpt-dir", str(scratch / "scaling" / f"k{k}-{i}"), "--bpe-size", str(profile["bpe_size"]),
+                              "--time-budget", str(p["budget"]), "--eval-reserve", "10", "--splits", "--epochs", "1000",
+                              "--seed", str(i), *p["args"]] for i in range(k)}
+        codes = _experiments(runs, out / "scaling", k)
+        rates = []
+        for name in runs:
+            metrics = json.loads((out / "scaling" / name / "metrics.json").read_text()) if codes[name] == 0 else None
+            rates.append(metrics["train_target_tokens_per_s"] if metrics else None)
+        done = [r for r in rates if r]
+        report["results"].append({"concurrent": k, "per_run": rates, "total": sum(done) if len(done) == k else None})
+        print(f"{k} at once: {sum(done):,.0f} target tokens/s in total" if len(done) == k else f"{k} at once: failed")
+    best = max((r for r in report["results"] if r["total"]), key=lambda r: r["total"], default=None)
+    report["best_concurrency"] = best["concurrent"] if best else 1
+    report["provenance"] = _provenance("search")
+    (out / "scaling.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    shutil.rmtree(scratch / "scaling", ignore_errors=True)
+    return report
+
+
+def _provenance(stage: str) -> dict:
+    from aiayn.provenance import provenance
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return provenance(f"python -m aiayn.plan run {stage}", device)
+
+
+def search(profile: dict, out: Path, scratch: Path, started: float) -> dict:
+    """Scaling, then the Table 3 rows and the recipe rows on validation, then the recipe: the best row on val BLEU."""
+    corpus.encoded(profile["bpe_size"])
+    report = scaling(profile, out, scratch)
+    p = profile["variations"]
+    parallel = report["best_concurrency"] if p["parallel"] == "auto" else p["parallel"]
+    rows = variations.select(p["rows"])
+    waves = -(-len(rows) // parallel)
+    if p["budget"] == "fit":  # what is left of the stage's time, shared out among the waves
+        budget = int((p["total"] - (time.perf_counter() - started)) // waves)
+        if budget < 60:
+            raise PlanError(f"only {budget} s per run are left for {waves} waves of {parallel} runs; give the stage "
+                            f"more time or fewer rows")
+    else:
+        budget = p["budget"]
+    argv = ["--rows", *p["rows"], "--parallel", str(parallel), "--budget", str(budget), "--max-total",
+            str(waves * budget), "--out", str(out / "variations"), "--ckpt-root", str(scratch / "variations"),
+            "--bpe-size", str(profile["bpe_size"]), *p["args"]]
+    code = variations.main(argv)
+    summary = json.loads((out / "variations" / "summary.json").read_text())
+    recipe = {**variations.best_row(summary), "parallel": parallel, "budget_s": budget, "variations_exit": code}
+    (out / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n", encoding="utf-8")
+    print(f"recipe, chosen on validation BLEU: {recipe['row']} ({recipe['val_bleu_mean']:.2f})", flush=True)
+    return recipe
+
+
+def recipe_argv(recipe: dict | None, profile_args: list[str]) -> list[str]:
+    """The final runs' options: the profile's, then the chosen row's model changes and experiment options."""
+    argv = list(profile_args)
+    if not recipe:
+        return argv
+    changes = [f"{k}={v}" for k, v in recipe["changes"].items()]
+    if changes:
+        if "--set" in argv:  # join the profile's --set values and the row's (the row wins)
+            i = argv.index("--set")
+            j = next((k for k in range(i + 1, len(argv)) if argv[k].startswith("--")), len(argv))
+            mine = {c.split("=")[0] for c in changes}
+            argv[i + 1:j] = [c for c in argv[i + 1:j] if c.split("=")[0] not in mine] + changes
+        else:
+            argv += ["--set", *changes]
+    for key, value in recipe["options"].items():
+        flag = f"--{key.replace('_', '-')}"
+        if flag in argv:
+            argv[argv.index(flag) + 1] = str(value)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> dict[str, int]:
+    """Both directions with the recipe and with PyTorch's layers, side by side; the decoding benchmark; the files of
+    the trained models for readers (`aiayn.pretrained`)."""
+    from aiayn import pretrained
+
+    recipe = json.loads(Path(recipe_path).read_text()) if recipe_path else None
+    p = profile["final"]
+    common = recipe_argv(recipe, ["--bpe-size", str(profile["bpe_size"]), *p["args"]])
+    bpe = int(common[common.index("--bpe-size") + 1])
+    corpus.encoded(bpe)
+    runs = {name: ["--direction", direction, "--layers", layers, "--out", str(out / name), "--ckpt-dir",
+                   str(scratch / name), "--time-budget", str(p["budget"]), *common]
+            for name, (direction, layers) in FINAL_RUNS.items()}
+    for name in runs:
+        shutil.rmtree(scratch / name, ignore_errors=True)
+    codes = _experiments(runs, out / "logs", p["parallel"])
+    if codes.get("en-de") == 0:
+        command = [arg.format(out=out, ckpt=scratch / "en-de") for arg in profile["decode"]]
+        codes["bench_decode"] = _python(command, out / "logs" / "bench_decode.log")
+    for name in ("en-de", "de-en"):
+        if codes.get(name) == 0:
+            entry = pretrained.export(name, scratch / name, out / name, folder=out / "pretrained",
+                                      registry_path=out / "pretrained" / "pretrained.json")
+            print(f"model file {name}: {entry['bytes'] / 1e6:.1f} MB", flush=True)
+    if recipe:
+        (out / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n", encoding="utf-8")
+    return codes
+
+
+def speed(profile: dict, out: Path) -> dict[str, int]:
+    """The benchmark scripts, one after the other (each owns the device while it measures)."""
+    return {Path(cmd[0]).stem + f"#{i}": _python([c.format(out=out) for c in cmd], out / "logs" / f"speed{i}.log")
+            for i, cmd in enumerate(profile["speed"])}
+
+
+def execute_chapters(results: Path, into: Path, chapters=("12_results", "13_variations")) -> dict[str, str]:
+    """Run the results chapters on the results in `results` (AIAYN_RESULTS); each executed notebook goes to `into`."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    status = {}
+    env_before = {k: os.environ.get(k) for k in ("AIAYN_RESULTS", "AIAYN_PRETRAINED_REGISTRY")}
+    os.environ["AIAYN_RESULTS"] = str(results)
+    registry = results / "pretrained" / "pretrained.json"
+    if registry.is_file():
+        os.environ["AIAYN_PRETRAINED_REGISTRY"] = str(registry)
+    try:
+        for name in chapters:
+            path = ROOT / "book" / f"{name}.ipynb"
+            if not path.is_file():
+                continue
+            nb = nbformat.read(path, as_version=4)
+            start = time.perf_counter()
+            try:
+                NotebookClient(nb, timeout=900, kernel_name="python3",
+                               resources={"metadata": {"path": str(path.parent)}}).execute()
+                status[name] = "ok"
+            except Exception as err:  # noqa: BLE001  reported, and the notebook with its error is kept
+                status[name] = f"{type(err).__name__}: {str(err)[-2000:]}"
+            into.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, into / f"{name}.ipynb")
+            print(f"{name}: {status[name][:200]} in {time.perf_counter() - start:.0f} s", flush=True)
+    finally:
+        for key, value in env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return status
+
+
+def show(profile_name: str) -> str:
+    """The stages of a profile as the command lines they run."""
+    profile = PROFILES[profile_name]
+    lines = [f"profile {profile_name}: joint BPE {profile['bpe_size']}"]
+    s, v, f = profile["scaling"], profile["variations"], profile["final"]
+    lines.append(f"search: {', '.join(map(str, s['concurrency']))} training runs at once for {s['budget']} s each; "
+                 f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
+                 f"then recipe.json, the row with the best val BLEU")
+    lines.append(f"final: {', '.join(FINAL_RUNS)}, {f['parallel']} at once, --time-budget {f['budget']} "
+                 f"{' '.join(f['args'])} + the recipe; then the decoding benchmark and the model files")
+    lines += ["speed: python " + " ".join(cmd) for cmd in profile["speed"]]
+    return "\n".join(lines)
+
+
+def pack(folder: Path, into: Path, part_bytes: int = 15 * 2**20) -> list[Path]:
+    """`folder` as a gzipped tar split into parts of at most `part_bytes` (a GPU call returns files up to 16 MB)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = into / f"{folder.name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    payload = archive.read_bytes()
+    archive.unlink()
+    parts = []
+    for i in range(0, max(len(payload), 1), part_bytes):
+        parts.append(into / f"{folder.name}.tar.gz.part{i // part_bytes:02d}")
+        parts[-1].write_bytes(payload[i:i + part_bytes])
+    return parts
+
+
+def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained") -> list[str]:
+    """Copy a GPU stage's output (a folder, or the parts `pack` wrote) into results/ and pretrained/."""
+    import tempfile
+
+    source = Path(source)
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = sorted(source.glob("*.tar.gz.part*")) if source.is_dir() else []
+        if parts:
+            archive = Path(tmp) / "stage.tar.gz"
+            archive.write_bytes(b"".join(p.read_bytes() for p in parts))
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+            source = next(p for p in Path(tmp).iterdir() if p.is_dir())
+        devices = {json.loads(m.read_text())["provenance"]["device"] for m in source.rglob("metrics.json")}
+        if "cpu" in devices:
+            raise PlanError(f"{source} holds CPU runs (a rehearsal?); results/ holds GPU runs only")
+        copied = []
+        for item in sorted(source.iterdir()):
+            if item.name == "pretrained":
+                from aiayn import pretrained
+
+                known = pretrained.registry()
+                for name, entry in pretrained.registry(item / "pretrained.json").items():
+                    models.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(item / entry["file"], models / entry["file"])
+                    known[name] = entry
+                    copied.append(str(models / entry["file"]))
+                pretrained.REGISTRY.write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            elif item.name != "logs":
+                target = results / item.name
+                if item.is_dir():
+                    shutil.rmtree(target, ignore_errors=True)
+                    shutil.copytree(item, target, ignore=shutil.ignore_patterns("*.pt"))
+                else:
+                    shutil.copyfile(item, target)
+                copied.append(str(target))
+        return copied
+
+
+def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: Path | None = None) -> int:
+    """One stage into `out`; 0 when every command in it succeeded."""
+    started = time.perf_counter()
+    profile = PROFILES[profile_name]
+    if profile_name != "tiny" and not torch.cuda.is_available():
+        raise PlanError(f"the {profile_name} profile needs a GPU; on a CPU, rehearse the plan with the tiny profile")
+    if not torch.cuda.is_available() and out.resolve().is_relative_to((ROOT / "results").resolve()):
+        raise PlanError(f"--out {out} is in results/, which holds GPU runs only: choose a folder outside it")
+    out.mkdir(parents=True, exist_ok=True)
+    if stage == "search":
+        search(profile, out, scratch, started)
+        failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
+    elif stage == "final":
+        recipe = recipe or (out / "recipe.json" if (out / "recipe.json").is_file() else None)
+        failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]
+    elif stage == "speed":
+        failed = [name for name, code in speed(profile, out).items() if code]
+    else:
+        raise PlanError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+    print(f"stage {stage}: {time.perf_counter() - started:.0f} s" + (f"; failed: {failed}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+def rehearse(out: Path, scratch: Path) -> dict:
+    """Every stage in the tiny profile on the CPU, then the results chapters on what they wrote."""
+    started = time.perf_counter()
+    codes = {stage: run_stage(stage, "tiny", out, scratch) for stage in STAGES}
+    chapters = execute_chapters(out, out / "chapters")
+    report = {"stages": codes, "chapters": chapters, "seconds": time.perf_counter() - started}
+    (out / "rehearsal.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"rehearsal: {report['seconds']:.0f} s; stages {codes}; chapters {chapters}", flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m aiayn.plan", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("show", help="the stages and their commands")
+    s.add_argument("--profile", choices=PROFILES, default="gpu")
+    r = sub.add_parser("run", help="one stage")
+    r.add_argument("stage", choices=STAGES)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--profile", choices=PROFILES, default="gpu")
+    r.add_argument("--scratch", type=Path, default=Path("/tmp/aiayn-plan-checkpoints"), help="checkpoints (not kept)")
+    r.add_argument("--recipe", type=Path, default=None, help="recipe.json of the search stage (final stage)")
+    h = sub.add_parser("rehearse", help="every stage, tiny, on the CPU; then the results chapters")
+    h.add_argument("--out", type=Path, required=True)
+    h.add_argument("--scratch", type=Path, default=None)
+    k = sub.add_parser("pack", help="a folder as tar.gz parts of at most 15 MB")
+    k.add_argument("folder", type=Path)
+    k.add_argument("--into", type=Path, required=True)
+    i = sub.add_parser("install", help="a GPU stage's output (folder or parts) into results/ and pretrained/")
+    i.add_argument("source", type=Path)
+    args = p.parse_args(argv)
+    try:
+        if args.command == "show":
+            print(show(args.profile))
+        elif args.command == "run":
+            return run_stage(args.stage, args.profile, args.out, args.scratch, args.recipe)
+        elif args.command == "rehearse":
+            if args.out.resolve().is_relative_to((ROOT / "results").resolve()):
+                raise PlanError("the rehearsal writes CPU runs, which never go into results/: choose another --out")
+            report = rehearse(args.out, args.scratch or args.out.parent / f"{args.out.name}-checkpoints")
+            return 0 if not any(report["stages"].values()) and set(report["chapters"].values()) <= {"ok"} else 1
+        elif args.command == "pack":
+            for part in pack(args.folder, args.into):
+                print(part)
+        else:
+            for path in install(args.source):
+                print(path)
+    except (PlanError, variations.VariationsError, corpus.CorpusError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Trained models for readers without a GPU: the book's averaged English→German and German→English models, by name.
+
+    from aiayn import pretrained
+    m = pretrained.load("en-de")              # the model, its tokenizer, its scores and where it was trained
+    m.translate("Two dogs play in the snow.")
+
+A shipped model is one file (fp16 weights, the tokenizer, the run's scores and provenance) listed with its SHA256 in
+``aiayn/pretrained.json`` (or ``$AIAYN_PRETRAINED_REGISTRY``). It is looked for in the checkout's ``pretrained/``
+folder, beside the registry, then in the user's cache
+(``$AIAYN_PRETRAINED``, else ``~/.cache/aiayn/pretrained``), and downloaded from the repository into that cache when it
+is in neither (as in Colab). Every file is checked against its SHA256 before it is used.
+
+    python -m aiayn.pretrained list
+    python -m aiayn.pretrained export --name en-de --ckpt-dir checkpoints/experiment/en-de --results results/en-de
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from aiayn.decoding import translate as _translate
+from aiayn.floor import build
+from aiayn.model import TransformerConfig
+from aiayn.tokenization import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = Path(os.environ.get("AIAYN_PRETRAINED_REGISTRY") or Path(__file__).with_name("pretrained.json"))
+FOLDER = ROOT / "pretrained"  # where a checkout keeps the files
+URLS = ("https://raw.githubusercontent.com/aiayn-book/aiayn/main/pretrained/{file}",
+        "https://github.com/aiayn-book/aiayn/raw/main/pretrained/{file}")
+FORMAT = "aiayn-pretrained-1"
+
+
+class PretrainedError(RuntimeError):
+    """A model that is not shipped, not reachable, or not intact; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AIAYN_PRETRAINED") or Path.home() / ".cache" / "aiayn" / "pretrained")
+
+
+def registry(path: Path = REGISTRY) -> dict:
+    """The shipped models: name -> {"file", "sha256", "bytes", "direction", "bleu", ...}."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _download(file: str, sha256: str, dest: Path, urls, retries: int, timeout: float) -> Path:
+    errors = []
+    for template in urls:
+        url = template.format(file=file)
+        for attempt in range(1, retries + 1):
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    payload = response.read()
+            except OSError as err:
+                if attempt == retries:
+                    errors.append(f"{url}: {err} ({retries} attempts)")
+                else:
+                    time.sleep(min(2**attempt, 8))
+                continue
+            if hashlib.sha256(payload).hexdigest() != sha256:
+                errors.append(f"{url}: the file's SHA256 is not the expected {sha256[:12]}…")
+                break  # the same address would give the same wrong bytes
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+            tmp.write_bytes(payload)
+            os.replace(tmp, dest)
+            return dest
+    raise PretrainedError(f"could not download the model file {file}:\n  " + "\n  ".join(errors) + "\n"
+                          f"Without network access: download it on another machine from "
+                          f"{urls[0].format(file=file)} and copy it to {dest} (or set AIAYN_PRETRAINED to the folder "
+                          f"that holds it)")
+
+
+def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cache: Path | None = None,
+           urls=URLS, retries: int = 3, timeout: float = 60.0) -> Path:
+    """The verified file of a shipped model: from the checkout, the cache, or downloaded into the cache."""
+    known = registry(registry_path)
+    if name not in known:
+        if not known:
+            raise PretrainedError(f"no trained model is shipped with this version of the book, so {name!r} cannot be "
+                                  f"loaded. Train one with `python -m aiayn.experiment --direction {name} --out DIR` on "
+                                  f"a GPU and load it with pretrained.load_file(ckpt_dir / 'averaged.pt')")
+        raise PretrainedError(f"unknown model {name!r}; the shipped ones are {', '.join(sorted(known))}")
+    entry = known[name]
+    cache = Path(cache or cache_dir())
+    for candidate in (Path(folder) / entry["file"], Path(registry_path).parent / entry["file"], cache / entry["file"]):
+        if candidate.is_file():
+            if _sha256(candidate) == entry["sha256"]:
+                return candidate
+            print(f"{candidate} does not match its SHA256 (an interrupted download, or an older file); "
+                  f"fetching it again", file=sys.stderr)
+    return _download(entry["file"], entry["sha256"], cache / entry["file"], urls, retries, timeout)
+
+
+@dataclass
+class Pretrained:
+    """A trained model with its tokenizer, the direction it translates and the scores of the run that made it."""
+
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    direction: str
+    metrics: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def translate(self, sentences, beam_size: int = 4, alpha: float = 0.6):
+        """Beam search as in §6.1 (K = 4, α = 0.6); a string gives a string, a list a list."""
+        return _translate(self.model, self.tokenizer, sentences, beam_size, alpha, lang=self.direction.split("-")[0])
+
+
+def load_file(path, device="cpu") -> Pretrained:
+    """A model file written by `export`, or an experiment's averaged.pt (with tokenizer.json beside it)."""
+    path = Path(path)
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise PretrainedError(f"no model file at {path}") from None
+    except Exception as err:  # noqa: BLE001  a truncated or foreign file
+        raise PretrainedError(f"{path} is not a readable model file ({type(err).__name__}); delete it and load or "
+                              f"export it again") from None
+    if content.get("format") == FORMAT:
+        t = json.loads(content["tokenizer"])
+        tokenizer = Tokenizer(t["vocab"], t["merges"], t["langs"])
+        direction, metrics = content["direction"], content["metrics"]
+    elif "model_config" in content and (path.parent / "tokenizer.json").is_file():  # an experiment's averaged.pt
+        tokenizer, direction, metrics = Tokenizer.load(path.parent / "tokenizer.json"), content.get("direction"), {}
+    else:
+        raise PretrainedError(f"{path} is neither a model file of this book nor an averaged.pt with its tokenizer.json")
+    model = build(TransformerConfig(**content["model_config"]), content.get("layers", "aiayn"))
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in content["model"].items()})
+    return Pretrained(model.to(device).eval(), tokenizer, direction or "en-de", metrics, path)
+
+
+def load(name: str, device="cpu", **where) -> Pretrained:
+    """A shipped model by name ("en-de", "de-en"), verified by SHA256; see `locate` for where it is looked for."""
+    return load_file(locate(name, **where), device)
+
+
+def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: Path = REGISTRY) -> dict:
+    """Write a run's averaged model as folder/<name>.pt (fp16) and list it with its SHA256 in the registry."""
+    ckpt_dir, results = Path(ckpt_dir), Path(results)
+    averaged = torch.load(ckpt_dir / "averaged.pt", map_location="cpu", weights_only=True)
+    metrics = json.loads((results / "metrics.json").read_text(encoding="utf-8"))
+    tokenizer = Tokenizer.load(ckpt_dir / "tokenizer.json")
+    summary = {"direction": metrics["direction"], "layers": metrics.get("layers", "aiayn"),
+               "parameters": metrics["parameters"], "updates": metrics["updates"],
+               "bleu": {split: {"sacrebleu": s["sacrebleu"]["score"], "tok_lc": s["tok_lc"]["score"]}
+                        for split, s in metrics["bleu"].items()},
+               "provenance": metrics["provenance"]}
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, "model_config": averaged["model_config"], "layers": summary["layers"],
+                "model": {k: v.half() if v.is_floating_point() else v for k, v in averaged["model"].items()},
+                "tokenizer": json.dumps({"vocab": tokenizer.vocab, "merges": [list(m) for m in tokenizer.merges],
+                                         "langs": list(tokenizer.langs)}, ensure_ascii=False),
+                "direction": summary["direction"], "metrics": summary}, buffer)
+    path = Path(folder) / f"{name}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buffer.getvalue())
+    entry = {"file": path.name, "sha256": _sha256(path), "bytes": path.stat().st_size, **summary}
+    known = registry(registry_path)
+    known[name] = entry
+    Path(registry_path).write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m aiayn.pretrained", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the shipped models and their scores")
+    e = sub.add_parser("export", help="ship a run's averaged model (fp16) under a name")
+    e.add_argument("--name", required=True)
+    e.add_argument("--ckpt-dir", required=True, help="the experiment's checkpoint folder (averaged.pt, tokenizer.json)")
+    e.add_argument("--results", required=True, help="the experiment's --out folder (metrics.json)")
+    args = p.parse_args(argv)
+    if args.command == "export":
+        entry = export(args.name, args.ckpt_dir, args.results)
+        print(f"{args.name}: {FOLDER / entry['file']}, {entry['bytes'] / 1e6:.1f} MB, sha256 {entry['sha256']}")
+        return 0
+    known = registry()
+    for name, entry in sorted(known.items()):
+        test = entry["bleu"].get("test2016", {})
+        print(f"{name}: {entry['file']} ({entry['bytes'] / 1e6:.1f} MB), {entry['parameters'] / 1e6:.1f}M parameters, "
+              f"test 2016 sacreBLEU {test.get('sacrebleu', float('nan')):.2f}, on {entry['provenance']['device']}")
+    if not known:
+        print("no trained model is shipped with this version of the book")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
