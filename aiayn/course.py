@@ -267,12 +267,16 @@ def _error(cell) -> str:
 
 def report(root: Path, assignment: str) -> list[str]:
     """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
-    then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, and the
-    reason a submission could not be graded."""
+    then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
+    the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
 
+    from aiayn._nbgrader import instructor_cells, restore
+
     root = Path(root).resolve()
+    if not (root / "gradebook.db").exists():
+        raise FileNotFoundError(f"no gradebook.db in {root}: run `nbgrader autograde {assignment}` there first")
     lines = []
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         a = gb.find_assignment(assignment)
@@ -281,26 +285,31 @@ def report(root: Path, assignment: str) -> list[str]:
             for name in sorted(nb.name for nb in a.notebooks):
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
                 submitted = root / "submitted" / student / assignment / f"{name}.ipynb"
-                if not graded.exists():
-                    why = "nothing submitted" if not submitted.exists() else "see nbgrader autograde's log"
-                    try:
-                        submitted.exists() and nbformat.read(submitted, as_version=4)
-                    except Exception as err:  # why nbgrader could not grade it
-                        why = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+                try:
+                    notes = restore(nbformat.read(submitted, as_version=4), instructor_cells(gb, name, assignment))
+                except FileNotFoundError:
+                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: nothing submitted")
+                    continue
+                except Exception as err:  # why nbgrader could not grade it
+                    why = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
                     lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {why[:80]}")
+                    continue
+                if not graded.exists():
+                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: see nbgrader autograde's log")
                     continue
                 try:
                     score = gb.find_submission_notebook(name, assignment, student).score
                 except MissingEntry:
                     score = 0.0
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
+                lines += [f"{'':16}{note}" for note in notes]
                 failed = []
                 for i, cell in enumerate(nbformat.read(graded, as_version=4).cells):
                     meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
                     if error == "timed out":
                         lines.append(f"{'':16}cell {i} stopped by the time limit; the cells after it ran")
                     elif error and meta.get("grade"):
-                        failed.append((meta["grade_id"].removeprefix(f"{assignment}_"), error))
+                        failed.append((meta["grade_id"], error))
                 if len(failed) > 2 and len({e for _, e in failed}) == 1:
                     lines.append(f"{'':16}{len(failed)} graded cells failed: {failed[0][1]}")
                 else:
@@ -380,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {chk.points}  {chk.key:13} {chk.what}")
     elif args.command == "course":
         written = write_course(args.root, args.notebooks, args.link_chapters)
-        print(f"wrote {len(written)} assignments to {args.root / 'source'}: {', '.join(written)}")
+        print(f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: {', '.join(written)}")
         print(f"next: cd {args.root} && nbgrader generate_assignment {written[0] if written else '<assignment>'}")
     elif args.command == "demo":
         for path in demo_submissions(args.course, args.assignment):
