@@ -380,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         registry = checks()["ASSIGNMENTS"]
         for path in sources():
             for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
-                graded = ", ".join(f"{k} ({registry[k].points} points)" for k in e.assignments) or "its test cell (1 point)"
+                graded = ", ".join(f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})"
+                                   for k in e.assignments) or "its test cell (1 point)"
                 print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
         print("\nChecks:")
         for a in registry.values():
