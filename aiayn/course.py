@@ -199,6 +199,9 @@ def source_notebook(nb, notebook: str, link: bool = False, registry: dict | None
 NBGRADER_CONFIG = '''\
 """nbgrader's configuration for a course of the book's exercises (written by `python -m aiayn.course course`)."""
 import os
+import warnings
+
+from sqlalchemy.exc import SAWarning
 
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
 
@@ -222,12 +225,25 @@ def cell_timeout(cell):
 c.Execute.timeout_func = cell_timeout
 c.Execute.interrupt_on_timeout = True
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
+warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
 
 # Every nbgrader cell of a submission takes its metadata (points, read-only, graded) from the gradebook, never from
 # the submission; nbgrader's OverwriteCells then restores the read-only and graded cells' source.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells,
                                       OverwriteCells, CheckCellMetadata]
 '''
+
+
+def notebook_path(name) -> Path:
+    """A notebook with exercises, by path or by name: "label_smoothing", "02_attention" or "attention"."""
+    if Path(name).is_file():
+        return Path(name)
+    found = sources()
+    for path in found:
+        if str(name) in (path.stem, path.name, _slug(path.stem)):
+            return path
+    raise FileNotFoundError(f"no notebook with exercises named {name}; they are: "
+                            f"{', '.join(p.stem for p in found)}")
 
 
 def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
@@ -238,7 +254,7 @@ def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
     root = Path(root)
     registry = checks()["ASSIGNMENTS"]
     written = []
-    for path in (list(map(Path, notebooks)) if notebooks else sources()):
+    for path in (list(map(notebook_path, notebooks)) if notebooks else sources()):
         nb = source_notebook(nbformat.read(path, as_version=4), path.stem, link, registry)
         folder = root / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
@@ -365,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="the coding exercises, their checks and points")
     c = sub.add_parser("course", help="write an nbgrader course directory from the book's exercises")
     c.add_argument("root", type=Path, help="the course directory (created if needed)")
-    c.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook with coding exercises")
+    c.add_argument("notebooks", nargs="*", help="names or paths (default: every notebook with coding exercises)")
     c.add_argument("--link-chapters", action="store_true", help="link each student notebook to its chapter (which "
                                                                  "shows the solutions)")
     r = sub.add_parser("report", help="after nbgrader autograde: one line per submission")
@@ -375,29 +391,34 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("assignment", choices=["label_smoothing"])
     d.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
     args = parser.parse_args(argv)
-    if args.command == "list":
-        import nbformat
-        registry = checks()["ASSIGNMENTS"]
-        for path in sources():
-            for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
-                graded = ", ".join(f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})"
-                                   for k in e.assignments) or "its test cell (1 point)"
-                print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
-        print("\nChecks:")
-        for a in registry.values():
-            print(f"  {a.key} ({a.points} points{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")
-            for chk in a.checks:
-                print(f"    {chk.points}  {chk.key:13} {chk.what}")
-    elif args.command == "course":
-        written = write_course(args.root, args.notebooks, args.link_chapters)
-        print(f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: {', '.join(written)}")
-        print(f"next: cd {args.root} && nbgrader generate_assignment {written[0] if written else '<assignment>'}")
-    elif args.command == "demo":
-        for path in demo_submissions(args.course, args.assignment):
-            print(f"wrote {path.relative_to(args.course)}")
-    else:
-        for line in report(args.course, args.assignment):
-            print(line)
+    try:
+        if args.command == "list":
+            import nbformat
+            registry = checks()["ASSIGNMENTS"]
+            for path in sources():
+                for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
+                    graded = ", ".join(f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})"
+                                       for k in e.assignments) or "its test cell (1 point)"
+                    print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
+            print("\nChecks:")
+            for a in registry.values():
+                print(f"  {a.key} ({a.points} points{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")
+                for chk in a.checks:
+                    print(f"    {chk.points}  {chk.key:13} {chk.what}")
+        elif args.command == "course":
+            written = write_course(args.root, args.notebooks, args.link_chapters)
+            print(f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
+                  f"{', '.join(written)}")
+            print(f"next: cd {args.root} && nbgrader generate_assignment {written[0] if written else '<assignment>'}")
+        elif args.command == "demo":
+            for path in demo_submissions(args.course, args.assignment):
+                print(f"wrote {path.relative_to(args.course)}")
+        else:
+            for line in report(args.course, args.assignment):
+                print(line)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
