@@ -90,9 +90,13 @@ def check(assignment: str, key: str, namespace: dict) -> None:
     if c is None:
         raise KeyError(f"{assignment} has no check {key!r}; its checks are {[c.key for c in a.checks]}")
     message = _run(a, c, namespace)
-    if message:
+    points = f"{c.points} point{'s' * (c.points != 1)}"
+    if message:  # printed wrapped, where a notebook or a feedback page shows it whole, then raised: 0 points
+        import textwrap
+        print(f"failed, 0 of {points}: {c.what}\n" + textwrap.fill(message, 100, initial_indent="  ",
+                                                                     subsequent_indent="  "))
         raise Failed(message) from None
-    print(f"passed, {c.points} point{'s' * (c.points != 1)}: {c.what}")
+    print(f"passed, {points}: {c.what}")
 
 
 def results(assignment: str, namespace) -> list[tuple[Check, str]]:

@@ -364,3 +364,13 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     assert "1 read-only or graded cell(s) edited (schedule_peak)" in report
     assert "(extra): run as ordinary cells" in report
     assert "cell(s) without nbgrader metadata recognised by their source" in report
+
+
+@pytest.mark.parametrize("name", ["schedule", "label_smoothing", "greedy_and_bleu"])
+def test_course_notebooks_run_with_their_solutions(name):
+    """The course notebooks run top to bottom: their solutions pass the visible tests in the cell after them."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(course.COURSE / f"{name}.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
