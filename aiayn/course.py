@@ -295,7 +295,14 @@ def report(root: Path, assignment: str) -> list[str]:
         raise FileNotFoundError(f"no gradebook.db in {root}: run `nbgrader autograde {assignment}` there first")
     lines = []
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        a = gb.find_assignment(assignment)
+        try:
+            a = gb.find_assignment(assignment)
+        except MissingEntry:
+            raise ValueError(f"the gradebook has no assignment {assignment!r}; it has "
+                             f"{', '.join(x.name for x in gb.assignments) or 'none'}") from None
+        if not (root / "submitted").is_dir():
+            raise FileNotFoundError(f"no submitted/ folder in {root}: submissions go in "
+                                    f"submitted/<student>/{assignment}/")
         students = sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir())
         for student in students:
             for name in sorted(nb.name for nb in a.notebooks):
