@@ -141,9 +141,10 @@ def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0)
 
 def _header(notebook: str, link: bool) -> str:
     text = (f"**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
-            f"`raise NotImplementedError()` line, and keep the names of the functions. Every cell that starts with "
-            f"`# Check` is graded: it earns its points when it runs without an error, and when it does not, its "
-            f"message says what is wrong. The book's own cells are read-only: the grader runs them as they are here. "
+            f"`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
+            f"cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
+            f"each earns its points when it runs without an error, and when it does not, its message says what is "
+            f"wrong. The book's own cells are read-only: the grader runs them as they are here. "
             f"A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
             f"kernel and run the whole notebook.")
     if link:
