@@ -374,3 +374,24 @@ def test_course_notebooks_run_with_their_solutions(name):
     nb = nbformat.read(course.COURSE / f"{name}.ipynb", as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+
+def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
+    """The page's worked example, run: its report and its grades.csv are those the commands print today."""
+    import re
+
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+
+    def shown(command):  # the lines the page shows under `$ command`, up to the next command or the block's end
+        block = re.search(rf"^\$ {re.escape(command)}\n(.*?)(?=^\$ |^```)", page, re.M | re.S)
+        assert block, f"the page shows no `$ {command}`"
+        return block.group(1).rstrip("\n")
+
+    root = tmp_path / "my-course"
+    assert course.main(["course", str(root), "label_smoothing"]) == 0
+    assert _nbgrader(root, "generate_assignment", "label_smoothing").returncode == 0
+    assert course.main(["demo", "label_smoothing", "--course", str(root)]) == 0
+    assert _nbgrader(root, "autograde", "label_smoothing").returncode == 0
+    assert "\n".join(course.report(root, "label_smoothing")) == shown("python -m aiayn.course report label_smoothing")
+    assert _nbgrader(root, "export").returncode == 0
+    assert (root / "grades.csv").read_text().strip() == shown("cat grades.csv")
