@@ -282,6 +282,12 @@ def _error(cell) -> str:
     return ""
 
 
+def _detail(text: str) -> str:
+    """A detail line of the report, indented under the submission's line and wrapped at 100 characters."""
+    import textwrap
+    return textwrap.fill(text, 100, initial_indent=" " * 16, subsequent_indent=" " * 18)
+
+
 def report(root: Path, assignment: str) -> list[str]:
     """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
     then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
@@ -326,18 +332,18 @@ def report(root: Path, assignment: str) -> list[str]:
                 except MissingEntry:
                     score = 0.0
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
-                lines += [f"{'':16}{note}" for note in notes]
+                lines += [_detail(note) for note in notes]
                 failed = []
                 for i, cell in enumerate(nbformat.read(graded, as_version=4).cells):
                     meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
                     if error == "timed out":
-                        lines.append(f"{'':16}cell {i} stopped by the time limit; the cells after it ran")
+                        lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
                     elif error and meta.get("grade"):
                         failed.append((meta["grade_id"], error))
                 if len(failed) > 2 and len({e for _, e in failed}) == 1:
-                    lines.append(f"{'':16}{len(failed)} graded cells failed: {failed[0][1]}")
+                    lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
                 else:
-                    lines += [f"{'':16}{key}: {error}" for key, error in failed]
+                    lines += [_detail(f"{key}: {error}") for key, error in failed]
     return lines
 
 

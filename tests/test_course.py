@@ -358,6 +358,7 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     report = "\n".join(course.report(root, "schedule"))
     lines = {line.split()[0]: line for line in report.splitlines() if not line.startswith(" ")}
     assert "not graded: NotJSONError" in lines["d_corrupted"]
+    report = " ".join(report.split())  # the details, unwrapped
     assert "cell 13 stopped by the time limit; the cells after it ran" in report
     assert "schedule_decay: half-way through the decay" in report and "(relative)" in report
     assert "differ from the instructor's copy (schedule_warmup): restored" in report
