@@ -114,6 +114,7 @@ def test_solution_cells_are_collapsed_on_the_website():
         for cell in nbformat.read(path, as_version=4).cells:
             if cell.cell_type == "code" and course.has_solution(cell.source):
                 assert "hide-input" in cell.metadata.get("tags", []), f"{path.name}: {cell.source[:40]!r}"
+                assert cell.metadata.get("mystnb", {}).get("code_prompt_show") == "Show solution", path.name
 
 
 # ---- the book's solutions get full marks -----------------------------------------------------------------
@@ -387,6 +388,12 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
         block = re.search(rf"^\$ {re.escape(command)}\n(.*?)(?=^\$ |^```)", page, re.M | re.S)
         assert block, f"the page shows no `$ {command}`"
         return block.group(1).rstrip("\n")
+
+    limits = dict(re.findall(r"^(STUDENT_CELL|BOOK_CELL|CHECK_CALL) = (\d+)", course.NBGRADER_CONFIG, re.M))
+    assert len(limits) == 3
+    for name, seconds in limits.items():  # the table of time limits
+        assert re.search(rf"^\| `{name}` \| {seconds} s \|", page, re.M), name
+    assert f"did not return within {limits['CHECK_CALL']} s" in page
 
     root = tmp_path / "my-course"
     assert course.main(["course", str(root), "label_smoothing"]) == 0
