@@ -6,27 +6,33 @@ import torch
 import torch.nn.functional as F
 
 
-def _allow_empty_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A query with no key to attend to would divide 0 by 0 in the softmax. Let such a row attend everywhere
-    (its result is replaced by zeros afterwards) and return (the mask to use, the empty rows)."""
+def _allow_empty_rows(mask: torch.Tensor):
+    """A query with no key to attend to would divide 0 by 0 in the softmax.
+
+    Let such a row attend everywhere (its result is replaced by zeros
+    afterwards) and return (the mask to use, the empty rows).
+    """
     if mask.dtype != torch.bool:
-        raise TypeError(f"attention masks are boolean (True = may attend), got dtype {mask.dtype}")
+        raise TypeError("attention masks are boolean (True = may attend), "
+                        f"got dtype {mask.dtype}")
     empty = ~mask.any(dim=-1, keepdim=True)  # (..., len_q, 1)
     return mask | empty, empty
 
 
 def attention(query, key, value, mask=None, dropout_p: float = 0.0):
-    """Scaled dot-product attention, §3.2.1, Equation (1): softmax(Q K^T / sqrt(d_k)) V, returning the weights too.
+    """Scaled dot-product attention, §3.2.1, Equation (1), with the weights.
 
-    ``mask`` is boolean and broadcasts to (..., len_q, len_k): True means "may attend" (§3.2.3).
-    A query whose keys are all masked gets zero weights and a zero output, never NaN.
+    softmax(Q K^T / sqrt(d_k)) V. ``mask`` is boolean and broadcasts to
+    (..., len_q, len_k): True means "may attend" (§3.2.3). A query whose
+    keys are all masked gets zero weights and a zero output, never NaN.
     """
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., len_q, len_k)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q, k)
     if mask is not None:
         mask, empty = _allow_empty_rows(mask)
-        scores = scores.masked_fill(~mask, float("-inf"))  # the paper's "setting to -inf"
-    weights = scores.softmax(dim=-1)  # (..., len_q, len_k), each row sums to 1
+        # the paper's "setting to -inf"
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)  # (..., len_q, len_k), rows sum to 1
     if mask is not None:
         weights = weights.masked_fill(empty, 0.0)
     if dropout_p > 0:
@@ -35,24 +41,30 @@ def attention(query, key, value, mask=None, dropout_p: float = 0.0):
 
 
 def subsequent_mask(size: int, device=None) -> torch.Tensor:
-    """Causal mask, §3.2.3: True where query position i may attend to key position j, that is j <= i."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (size, size)
+    """Causal mask, §3.2.3: True where query i may attend to key j, j <= i."""
+    ones = torch.ones(size, size, dtype=torch.bool, device=device)
+    return ones.tril()  # (size, size)
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """True for real tokens, False for padding; shaped to broadcast over heads and queries."""
+    """True for real tokens, False for padding; broadcasts over heads and
+    queries."""
     return (tokens != pad_id)[:, None, None, :]  # (batch, 1, 1, len_k)
 
 
-def attend(query, key, value, mask=None, dropout_p: float = 0.0, need_weights: bool = False):
-    """Equation (1) by the fastest route: PyTorch's fused kernel, unless the weights are wanted.
+def attend(query, key, value, mask=None, dropout_p: float = 0.0,
+           need_weights: bool = False):
+    """Equation (1) by the fastest route: PyTorch's fused kernel, unless the
+    weights are wanted.
 
-    Returns (output, weights) if ``need_weights``, else (output, None). Masks as in ``attention``.
+    Returns (output, weights) if ``need_weights``, else (output, None).
+    Masks as in ``attention``.
     """
     if need_weights:
         return attention(query, key, value, mask, dropout_p)
+    sdpa = F.scaled_dot_product_attention
     if mask is None:
-        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p), None
+        return sdpa(query, key, value, dropout_p=dropout_p), None
     mask, empty = _allow_empty_rows(mask)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
+    out = sdpa(query, key, value, attn_mask=mask, dropout_p=dropout_p)
     return out.masked_fill(empty, 0.0), None  # (..., len_q, d_v)

@@ -4,7 +4,8 @@ Training and evaluation read this cache, so a run needs neither spaCy nor any re
 book's experiments ran on has no spaCy). Two files, in ``encoded/`` under the data cache (``aiayn.data.cache_dir()``):
 
     words-<key>.json.gz     spaCy's words of every sentence of every split, each side split by its language's rules
-    bpe<size>-<key>.pt      the joint BPE tokenizer of that size (learned on the training split) and every sentence's ids
+    bpe<size>-<key>.pt      the joint BPE tokenizer of that size (learned on the training split) and
+                            every sentence's ids
 
 ``<key>`` is made from the SHA256 sums of the data files, so a cache can only be read as the data it was made from.
 With the words file present, a tokenizer of any size is learned and applied without spaCy.
@@ -30,7 +31,8 @@ from aiayn import data
 from aiayn.tokenization import LANGS, Tokenizer
 
 FORMAT = "aiayn-corpus-1"  # change when the words or the encoding of a sentence would change
-KEY = hashlib.sha256("\n".join([FORMAT, *(f"{n} {d}" for n, d in sorted(data.SHA256.items()))]).encode()).hexdigest()[:12]
+_IDENTITY = "\n".join([FORMAT, *(f"{n} {d}" for n, d in sorted(data.SHA256.items()))])
+KEY = hashlib.sha256(_IDENTITY.encode()).hexdigest()[:12]  # the format and the data's checksums
 
 
 class CorpusError(RuntimeError):
@@ -60,8 +62,8 @@ def _build_words(cache: Path | None) -> dict:
     try:
         import spacy  # noqa: F401
     except ImportError:
-        raise CorpusError(f"{words_path(cache)} is missing and spaCy is not installed, so the sentences cannot be split "
-                          f"into words here. Run `python -m aiayn.corpus prepare` on a machine with spaCy and copy "
+        raise CorpusError(f"{words_path(cache)} is missing and spaCy is not installed, so the sentences cannot be "
+                          f"split into words here. Run `python -m aiayn.corpus prepare` on a machine with spaCy and copy "
                           f"{folder(cache)} here (or set AIAYN_DATA to a cache that holds it)") from None
     splits = {}
     for split in data.SPLITS:

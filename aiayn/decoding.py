@@ -181,13 +181,14 @@ def translate(model, tokenizer, sentences, beam_size: int = 4, alpha: float = 0.
     raises ValueError. Unknown characters are the tokenizer's business: its byte tokens or <unk> stand for them.
     """
     single = isinstance(sentences, str)
-    if not single and not hasattr(sentences, "__iter__"):
+    if not single and (not hasattr(sentences, "__iter__") or isinstance(sentences, (bytes, bytearray))):
         raise TypeError(f"translate takes a sentence (str) or a list of sentences, got {type(sentences).__name__}")
     sentences = [sentences] if single else list(sentences)
     for i, s in enumerate(sentences):
         if not isinstance(s, str):
-            raise TypeError(f"sentence {i} is a {type(s).__name__}, not a str; translate takes text (decode token ids "
-                            f"with tokenizer.decode first, or call translate_ids)")
+            kind = type(s).__name__
+            raise TypeError(f"sentence {i} is {'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}, not a str; translate "
+                            f"takes text (decode token ids with tokenizer.decode first, or call translate_ids)")
     ids = [tokenizer.encode(s, lang) if s.strip() else [] for s in sentences]  # blank: nothing to translate
     out = [tokenizer.decode(hyp) if hyp else "" for hyp in translate_ids(model, ids, beam_size, alpha, batch_size)]
     return out[0] if single else out

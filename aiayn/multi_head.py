@@ -7,47 +7,65 @@ from aiayn.attention import attend
 
 
 class MultiHeadAttention(nn.Module):
-    """§3.2.2, Figure 2 (right): h heads of Equation (1) on learned projections, concatenated, then W^O.
+    """§3.2.2, Figure 2 (right): h heads of Equation (1) on learned
+    projections, concatenated, then W^O.
 
-    ``d_k`` defaults to d_model / h (d_v = d_k), as in the paper; Table 3 row (B) varies it.
-    With a ``cache`` dict the layer decodes incrementally: self-attention appends the new keys and
-    values, cross-attention (``static_kv=True``) projects the encoder output once and reuses it.
+    ``d_k`` defaults to d_model / h (d_v = d_k), as in the paper; Table 3
+    row (B) varies it. With a ``cache`` dict the layer decodes
+    incrementally: self-attention appends the new keys and values,
+    cross-attention (``static_kv=True``) projects the encoder output once
+    and reuses it.
     """
 
-    def __init__(self, d_model: int, h: int, d_k: int | None = None, P_drop: float = 0.0):
+    def __init__(self, d_model: int, h: int, d_k: int | None = None,
+                 P_drop: float = 0.0):
         super().__init__()
-        for name, value in (("d_model", d_model), ("h", h)) + ((("d_k", d_k),) if d_k is not None else ()):
+        sizes = [("d_model", d_model), ("h", h)]
+        if d_k is not None:
+            sizes.append(("d_k", d_k))
+        for name, value in sizes:
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(
+                    f"{name} must be a positive integer, got {value!r}")
         if not 0.0 <= P_drop < 1.0:
             raise ValueError(f"P_drop must lie in [0, 1), got {P_drop!r}")
         if d_k is None:
             if d_model % h:
-                raise ValueError(f"d_model={d_model} is not divisible by h={h}; choose h dividing d_model or set d_k")
+                raise ValueError(
+                    f"d_model={d_model} is not divisible by h={h}; "
+                    "choose h dividing d_model or set d_k")
             d_k = d_model // h
         self.h, self.d_k, self.P_drop = h, d_k, P_drop
-        self.W_Q = nn.Linear(d_model, h * d_k)  # the h matrices W_i^Q side by side
+        # the h matrices W_i^Q side by side, and so on; d_v = d_k
+        self.W_Q = nn.Linear(d_model, h * d_k)
         self.W_K = nn.Linear(d_model, h * d_k)
-        self.W_V = nn.Linear(d_model, h * d_k)  # d_v = d_k
+        self.W_V = nn.Linear(d_model, h * d_k)
         self.W_O = nn.Linear(h * d_k, d_model)
 
     def split_heads(self, x):  # (batch, len, h * d_k) -> (batch, h, len, d_k)
         return x.unflatten(-1, (self.h, self.d_k)).transpose(1, 2)
 
-    def forward(self, query, key, value, mask=None, cache: dict | None = None, static_kv: bool = False,
+    def forward(self, query, key, value, mask=None,
+                cache: dict | None = None, static_kv: bool = False,
                 need_weights: bool = False):
-        """Returns the output (batch, len_q, d_model) and, if ``need_weights``, weights (batch, h, len_q, len_k)."""
+        """Returns the output (batch, len_q, d_model) and, if
+        ``need_weights``, the weights (batch, h, len_q, len_k)."""
         q = self.split_heads(self.W_Q(query))  # (batch, h, len_q, d_k)
         if cache is not None and static_kv and "k" in cache:
-            k, v = cache["k"], cache["v"]  # encoder output projected at the first step
+            # the encoder output, projected at the first step
+            k, v = cache["k"], cache["v"]
         else:
             k = self.split_heads(self.W_K(key))  # (batch, h, len_k, d_k)
             v = self.split_heads(self.W_V(value))  # (batch, h, len_k, d_k)
             if cache is not None:
-                if not static_kv and "k" in cache:  # self-attention: append the new positions
-                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                if not static_kv and "k" in cache:
+                    # self-attention: append the new positions
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
         dropout_p = self.P_drop if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p, need_weights)  # (batch, h, len_q, d_k)
-        out = out.transpose(1, 2).flatten(-2)  # (batch, len_q, h * d_k): Concat(head_1, ..., head_h)
+        # (batch, h, len_q, d_k)
+        out, weights = attend(q, k, v, mask, dropout_p, need_weights)
+        # (batch, len_q, h * d_k): Concat(head_1, ..., head_h)
+        out = out.transpose(1, 2).flatten(-2)
         return self.W_O(out), weights

@@ -48,6 +48,8 @@ PROFILES = {
             ["benchmarks/train_throughput.py", "--preset", "multi30k", "--batch", "320", "--length", "24",
              "--precision", "fp16", "--out", "{out}/bench_train_multi30k_fp16.json"],
             ["benchmarks/layers.py", "--out", "{out}/layers_gpu.json"],
+            ["benchmarks/epoch_cost.py", "--out", "{out}/bench_epoch.json"],
+            ["benchmarks/compile_check.py", "--out", "{out}/bench_compile.json"],
         ],
         "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--out", "{out}/bench_decode.json"],
     },
@@ -69,6 +71,7 @@ PROFILES = {
             ["benchmarks/train_throughput.py", "--quick", "--precision", "fp16", "--out",
              "{out}/bench_train_multi30k_fp16.json"],
             ["benchmarks/layers.py", "--quick", "--out", "{out}/layers_gpu.json"],
+            ["benchmarks/epoch_cost.py", "--quick", "--bpe-size", "1000", "--out", "{out}/bench_epoch.json"],
         ],
         "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--limit", "16", "--out",
                    "{out}/bench_decode.json"],
@@ -291,9 +294,14 @@ def pack(folder: Path, into: Path, part_bytes: int = 15 * 2**20) -> list[Path]:
     return parts
 
 
-def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained") -> list[str]:
+def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained",
+            registry_path: Path | None = None) -> list[str]:
     """Copy a GPU stage's output (a folder, or the parts `pack` wrote) into results/ and pretrained/."""
     import tempfile
+
+    from aiayn import pretrained
+
+    registry_path = Path(registry_path or pretrained.REGISTRY)
 
     source = Path(source)
     with tempfile.TemporaryDirectory() as tmp:
@@ -310,15 +318,13 @@ def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT 
         copied = []
         for item in sorted(source.iterdir()):
             if item.name == "pretrained":
-                from aiayn import pretrained
-
-                known = pretrained.registry()
+                known = pretrained.registry(registry_path)
                 for name, entry in pretrained.registry(item / "pretrained.json").items():
                     models.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(item / entry["file"], models / entry["file"])
                     known[name] = entry
                     copied.append(str(models / entry["file"]))
-                pretrained.REGISTRY.write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                registry_path.write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             elif item.name != "logs":
                 target = results / item.name
                 if item.is_dir():

@@ -88,6 +88,17 @@ def test_equals_sacrebleu_with_two_reference_streams(test2016):
     assert_equals_sacrebleu(english, [german, english])
 
 
+def test_any_iterables_are_accepted(test2016):
+    """Generators (a file read line by line, a map over outputs) score as the lists they yield."""
+    english, german = test2016
+    hyps = perturb(german, seed=12)
+    want = corpus_bleu(hyps, german)
+    got = corpus_bleu((h for h in hyps), (r for r in german))
+    assert (got.score, got.sys_len, got.ref_len) == (want.score, want.sys_len, want.ref_len)
+    two = corpus_bleu(iter(hyps), [iter(german), (e for e in english)])
+    assert two.score == pytest.approx(corpus_bleu(hyps, [german, english]).score, abs=1e-12)
+
+
 def test_tokenize_none_equals_sacrebleu(test2016):
     _, german = test2016
     assert_equals_sacrebleu(perturb(german, seed=5), german, tokenize="none")

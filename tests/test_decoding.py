@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from aiayn.decoding import (BOS, EOS, average_checkpoints, beam_search, greedy_decode, length_penalty, output_limits,
-                            translate)
+                            translate, translate_ids)
 from aiayn.model import TransformerConfig, make_model
 from aiayn.tokenization import Tokenizer
 
@@ -313,6 +313,30 @@ def test_translate_characters_outside_the_vocabulary_do_not_crash(tok, translato
     assert any(4 <= i < 260 for i in ids)  # spelled with byte tokens
     out = translate(translator, tok, [sentence, "\u0000\u200b Ω"])
     assert all(isinstance(s, str) for s in out)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (None, "translate takes a sentence \\(str\\) or a list of sentences, got NoneType"),
+    (42, "got int"),
+    (b"Ein Mann.", "got bytes"),
+    (["Ein Mann.", [5, 6, 7]], "sentence 1 is a list, not a str; translate takes text"),
+    ([torch.tensor([5, 6])], "sentence 0 is a Tensor"),
+])
+def test_translate_says_what_to_pass_when_given_no_text(tok, translator, bad, message):
+    with pytest.raises(TypeError, match=message):
+        translate(translator, tok, bad)
+
+
+def test_translate_ids_is_translate_without_the_tokenizer(tok, translator):
+    sentences = ["Eine Frau sitzt.", "", "Zwei Hunde spielen im Schnee auf einer Bank.", "Ein Mann."]
+    ids = [tok.encode(s) if s else [] for s in sentences]
+    out = translate_ids(translator, (x for x in ids), batch_size=2)  # any iterable of id sequences
+    assert [tok.decode(h) if h else "" for h in out] == translate(translator, tok, sentences)
+    assert out[1] == []
+    alone = beam_search(translator, torch.tensor([ids[3] + [EOS]]), beam_size=4, alpha=0.6)[0][0]
+    assert out[3] == alone
+    short = translate_ids(translator, [ids[0]], max_len=3)[0]
+    assert len(short) <= 3
 
 
 # --- §6.1 checkpoint averaging ------------------------------------------------------------------------------------

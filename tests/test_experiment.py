@@ -1,5 +1,6 @@
 """The one-command experiment: reference length, time budget, option errors, and a tiny run end to end."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +53,9 @@ def test_unknown_direction_and_leftover_checkpoints(tmp_path, capsys):
     with pytest.raises(SystemExit):
         experiment.main(["--direction", "en-fr", "--out", str(tmp_path)])
     assert "invalid choice: 'en-fr'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        experiment.main(["--direction", "en-de", "--out", str(tmp_path), "--precision", "fp8"])
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "step_00000001.pt").write_bytes(b"")
     assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "o"), "--ckpt-dir", str(tmp_path / "ck")]) == 2
@@ -69,11 +73,18 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_end_to_end_tiny_run_then_resume(multi30k_cache, tmp_path, one_thread):
-    out, ck = tmp_path / "results" / "en-de", tmp_path / "ck"
-    base = ["--direction", "en-de", "--out", str(out), "--ckpt-dir", str(ck), *TINY]
-    assert experiment.main([*base, "--max-updates", "6", "--time-budget", "3600"]) == 0
-    assert experiment.main([*base, "--max-updates", "10", "--resume"]) == 0
+def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread, capsys):
+    first, out, ck = tmp_path / "results" / "first", tmp_path / "results" / "en-de", tmp_path / "ck"
+    base = ["--direction", "en-de", "--ckpt-dir", str(ck), *TINY]
+    assert experiment.main([*base, "--out", str(first), "--max-updates", "6", "--time-budget", "3600"]) == 0
+    # a finished run stays as it is: --resume says so, a plain run refuses to overwrite it
+    assert experiment.main([*base, "--out", str(first), "--max-updates", "10", "--resume"]) == 0
+    assert "is finished" in capsys.readouterr().out
+    assert json.loads((first / "metrics.json").read_text())["updates"] == 6
+    assert experiment.main([*base, "--out", str(first), "--max-updates", "10"]) == 2
+    assert "already holds the metrics.json" in capsys.readouterr().err
+    # its checkpoints continue into a new --out
+    assert experiment.main([*base, "--out", str(out), "--max-updates", "10", "--resume"]) == 0
     assert {p.name for p in out.iterdir()} == {"metrics.json", "history.json", "attention.npz",
                                                *(f"hyp.{s}.txt" for s in LINES)}
     metrics = json.loads((out / "metrics.json").read_text())
@@ -82,9 +93,11 @@ def test_end_to_end_tiny_run_then_resume(multi30k_cache, tmp_path, one_thread):
     assert metrics["reference_check"]["test2016_de_tokens"] == 12103
     assert metrics["model_config"]["d_model"] == 32 and metrics["model_config"]["vocab_size"] == 1000
     assert metrics["averaged_checkpoints"] == ["step_00000008.pt", "step_00000010.pt"]
-    assert set(metrics["provenance"]) >= {"device", "torch", "git_commit", "git_dirty", "date", "command", "wall_s"}
+    assert set(metrics["provenance"]) >= {"device", "torch", "git_commit", "git_dirty", "date", "command", "wall_s",
+                                          "concurrent_runs"}
     assert set(metrics["provenance"]["wall_s"]) == {"setup", "train", "average", "decode_and_score", "write", "total"}
     assert metrics["provenance"]["device"] == "cpu" and "--resume" in metrics["provenance"]["command"]
+    assert metrics["layers"] == "aiayn" and metrics["processes"] == 1 and metrics["precision"] == "fp32"
     assert set(metrics["val"]) == {"loss", "nll", "ppl"} and metrics["parameters"] > 0
     for split, n in LINES.items():
         hyps = (out / f"hyp.{split}.txt").read_text(encoding="utf-8").split("\n")
@@ -108,8 +121,135 @@ def test_end_to_end_tiny_run_then_resume(multi30k_cache, tmp_path, one_thread):
     assert not list(out.rglob("*.pt"))
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--eps-ls", "1"], "--eps-ls must lie in [0, 1)"),
+    (["--bpe-size", "200"], "--bpe-size must exceed"),
+    (["--factor", "0"], "--factor must be positive"),
+    (["--resume", "--eval-only"], "give one of them"),
+    (["--pad-multiple", "0"], "--pad-multiple must be at least 1"),
+])
+def test_more_bad_options(tmp_path, capsys, argv, message):
+    assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "out"), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _python(code: str, tmp_path, *args, timeout=600, block_spacy=True, wait=True):
+    """Run the experiment (or any code) in a fresh interpreter; with block_spacy, `import spacy` fails there."""
+    import os
+    import subprocess
+    import sys
+
+    prelude = ("import sys\nclass _NoSpacy:\n    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] == 'spacy':\n            raise ImportError('spaCy is blocked here')\n"
+               "sys.meta_path.insert(0, _NoSpacy())\n") if block_spacy else ""
+    script = tmp_path / "run_it.py"
+    script.write_text(prelude + code)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(experiment.ROOT)}
+    cmd = [sys.executable, str(script), *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=experiment.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    return subprocess.run(cmd, cwd=experiment.ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+RUN_EXPERIMENT = "import sys\nfrom aiayn import experiment\nsys.exit(experiment.main(sys.argv[1:]))\n"
+
+
+@pytest.fixture
+def encoded_cache(multi30k_cache):
+    """The encoded cache for the tiny runs (made here, with spaCy, so the runs under test can do without it)."""
+    from aiayn import corpus
+    corpus.encoded(1000)
+    return multi30k_cache
+
+
+def test_runs_without_spacy_from_the_encoded_cache(encoded_cache, tmp_path):
+    """On a machine without spaCy (the GPU machine) a run reads the encoded cache and writes every output."""
+    out = tmp_path / "out"
+    done = _python(RUN_EXPERIMENT, tmp_path, "--direction", "de-en", "--out", str(out), "--ckpt-dir",
+                   str(tmp_path / "ck"), *TINY, "--max-updates", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {p.name for p in out.iterdir()} == {"metrics.json", "history.json", "attention.npz",
+                                               *(f"hyp.{s}.txt" for s in LINES)}
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["direction"] == "de-en" and metrics["data"]["encoded_cache"].endswith(".pt")
+    with np.load(out / "attention.npz") as att:
+        assert att["s0_cross"].ndim == 4
+    blocked = _python("import spacy\n", tmp_path)
+    assert blocked.returncode != 0 and "spaCy is blocked here" in blocked.stderr  # the block did hold
+
+
+def test_floor_layers_train_and_report(encoded_cache, tmp_path, one_thread):
+    """--layers torch trains nn.Transformer's layers in the same pipeline; a mismatched resume is refused."""
+    out, ck = tmp_path / "floor", tmp_path / "ck"
+    base = ["--direction", "en-de", "--ckpt-dir", str(ck), *TINY, "--splits"]
+    assert experiment.main([*base, "--out", str(out), "--layers", "torch", "--max-updates", "2"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["layers"] == "torch" and metrics["updates"] == 2 and metrics["bleu"] == {}
+    assert experiment.main([*base, "--out", str(tmp_path / "again"), "--max-updates", "3", "--resume"]) == 2
+
+
+def test_interrupted_run_resumes(encoded_cache, tmp_path):
+    """A run killed with SIGKILL mid-training continues from its newest checkpoint with --resume."""
+    import time
+
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = ["--direction", "en-de", "--out", str(out), "--ckpt-dir", str(ck), *TINY[:-2], "--splits",
+            "--max-updates", "400", "--save-every", "1"]
+    proc = _python(RUN_EXPERIMENT, tmp_path, *args, wait=False)
+    try:
+        deadline = time.monotonic() + 300
+        while not len(list(ck.glob("step_*.pt"))) >= 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (out / "metrics.json").exists()
+    saved = sorted(ck.glob("step_*.pt"))
+    killed_at = int(saved[-1].stem.split("_")[1])
+    assert 0 < killed_at < 400
+    done = _python(RUN_EXPERIMENT, tmp_path, *args[:-4], "--max-updates", str(killed_at + 2), "--resume")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["updates"] == killed_at + 2
+    history = json.loads((out / "history.json").read_text())["step"]
+    assert history == list(range(1, killed_at + 3))
+
+
+def test_two_processes_equal_one_with_accumulation(encoded_cache, tmp_path):
+    """torchrun with 2 processes takes the same updates as 1 process accumulating 2 micro-batches (no dropout)."""
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed beside this Python")
+    common = ["--direction", "en-de", *TINY, "--set", "P_drop=0", "--max-updates", "3", "--splits"]
+    one = _python(RUN_EXPERIMENT, tmp_path, *common, "--accum", "2", "--out", str(tmp_path / "one"),
+                  "--ckpt-dir", str(tmp_path / "ck1"), block_spacy=False)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    import os
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(experiment.ROOT)}
+    two = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "aiayn.experiment", *common,
+                          "--out", str(tmp_path / "two"), "--ckpt-dir", str(tmp_path / "ck2")],
+                         cwd=experiment.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    m1, m2 = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("one", "two"))
+    assert m1["processes"] == 1 and m2["processes"] == 2
+    h1, h2 = (json.loads((tmp_path / n / "history.json").read_text()) for n in ("one", "two"))
+    assert h1["step"] == h2["step"] == [1, 2, 3]
+    assert h2["loss"] == pytest.approx(h1["loss"], rel=1e-4)
+    assert m2["val"]["loss"] == pytest.approx(m1["val"]["loss"], rel=1e-4)
+    w1 = torch.load(sorted((tmp_path / "ck1").glob("step_*.pt"))[-1], weights_only=False)["model"]
+    w2 = torch.load(sorted((tmp_path / "ck2").glob("step_*.pt"))[-1], weights_only=False)["model"]
+    for name in w1:
+        assert torch.allclose(w1[name], w2[name], rtol=1e-4, atol=1e-6), name
+
+
 def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
-    """Both benchmark scripts run on the CPU with --quick; they refuse to write such a run into results/."""
+    """The benchmark scripts run on the CPU with --quick; they refuse to write such a run into results/."""
     import os
     import subprocess
     import sys
@@ -117,14 +257,16 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
     root = experiment.ROOT
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for script, keys in (("train_throughput.py", {"ratio_tokens_per_s", "results", "provenance", "flops_method"}),
-                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"})):
+                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"}),
+                         ("epoch_cost.py", {"batches", "loop", "provenance"})):
         out = tmp_path / f"{script}.json"
         done = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(out)],
                               cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(out.read_text())
         assert keys <= set(report) and report["provenance"]["device"] == "cpu" and report["config"]["quick"]
+        assert report.get("same_hypotheses", True) is True
         refused = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out",
                                   str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
         assert refused.returncode != 0 and "outside results/" in refused.stderr
-    assert report["same_hypotheses"] is True
+    assert report["batches"]["batches_per_epoch"] > 0 and report["loop"]["ratio_book_over_bare"] > 0

@@ -19,11 +19,18 @@ def text(cell):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_first_cell_installs_the_package(path):
-    first = cells(path)[0]
-    assert first["cell_type"] == "code"
-    assert 'if importlib.util.find_spec("aiayn") is None:' in text(first)
-    assert f"aiayn @ git+{REPO_URL}" in text(first)
+def test_title_then_set_up_cell(path):
+    """Every chapter opens the same way: the title and the paper's words (cell 0, Markdown), then the cell that
+    installs the package when it is missing (cell 1, tagged remove-cell, so readers of the website never see it)."""
+    title, setup = cells(path)[:2]
+    assert title["cell_type"] == "markdown" and re.match(r"# §\S+ \S", text(title)), (
+        f"{path.name}: cell 0 must be the title, '# §x.y Title', followed by the paper's words")
+    assert "**Paper, §" in text(title), f"{path.name}: the title cell quotes the paper, marked **Paper, §x.y:**"
+    assert setup["cell_type"] == "code", f"{path.name}: cell 1 must be the set-up code cell"
+    assert 'if importlib.util.find_spec("aiayn") is None:' in text(setup)
+    assert f"aiayn @ git+{REPO_URL}" in text(setup)
+    assert "remove-cell" in setup["metadata"].get("tags", []), (
+        f"{path.name}: tag the set-up cell `remove-cell`, so the page starts with the title")
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

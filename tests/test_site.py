@@ -55,6 +55,7 @@ def chart_site(tmp_path_factory) -> Path:
     shutil.copy(ROOT / "_config.yml", site)
     (site / "book").mkdir()
     shutil.copytree(ROOT / "book" / "_static", site / "book" / "_static")
+    shutil.copytree(ROOT / "book" / "_ext", site / "book" / "_ext")  # Sphinx extensions _config.yml loads
     shutil.copy(ROOT / "book" / "references.bib", site / "book")
     (site / "book" / "intro.md").write_text("# Intro\n")
     (site / "book" / "chart.ipynb").write_text(json.dumps(CHART_NOTEBOOK))

@@ -18,7 +18,12 @@ EXPECTED = {  # Table 3's families at our scale: the changes to the multi30k pre
     "D-P_drop0": {"P_drop": 0.0}, "D-P_drop0.1": {"P_drop": 0.1}, "D-P_drop0.5": {"P_drop": 0.5},
     "D-eps_ls0": {"eps_ls": 0.0}, "D-eps_ls0.2": {"eps_ls": 0.2},
     "E-learned": {"learned_positions": True},
+    "R-bpe4000": {}, "R-bpe16000": {}, "R-tokens4000": {}, "R-tokens16000": {}, "R-factor1": {}, "R-factor2.5": {},
+    "R-P_drop0.4": {"P_drop": 0.4}, "R-avg5": {}, "R-avg10": {},
 }
+OPTIONS = {"R-bpe4000": {"bpe_size": 4000}, "R-bpe16000": {"bpe_size": 16000}, "R-tokens4000": {"max_tokens": 4000},
+           "R-tokens16000": {"max_tokens": 16000}, "R-factor1": {"factor": 1.0}, "R-factor2.5": {"factor": 2.5},
+           "R-avg5": {"average_last": 5}, "R-avg10": {"average_last": 10}}  # the recipe rows change training, not the model
 TINY = ["--base-set", "d_model=32", "N=1", "d_ff=64", "h=2", "--bpe-size", "1000", "--limit-train", "200",
         "--max-updates", "5", "--decode-batch", "256", "--budget", "240", "--max-total", "600"]
 
@@ -31,7 +36,9 @@ def test_every_row_is_valid_and_differs_from_base_exactly_as_listed():
     assert [row.name for row in variations.ROWS] == list(EXPECTED)
     for row in variations.ROWS:
         assert row.changes == EXPECTED[row.name] and row.family == row.name.split("-")[0]
-        assert differences(variations.config(row)) == row.changes  # valid (checked on creation), nothing else moved
+        assert row.options == OPTIONS.get(row.name, {})
+        vocab = {"vocab_size": row.options["bpe_size"]} if "bpe_size" in row.options else {}
+        assert differences(variations.config(row)) == {**row.changes, **vocab}  # valid, and nothing else moved
     for name in ("C-d_model128", "C-d_model512"):
         c = variations.config(variations.BY_NAME[name])
         assert c.d_ff == BASE.d_ff and c.h == BASE.h  # as in the paper's rows, only d_model (and d_k) change
@@ -57,7 +64,7 @@ def test_parameter_counts_and_paper_values():
     assert paper["C-d_model512"] == (4.66, 26.0, 168) and paper["E-learned"] == (4.92, 25.7, None)
     assert paper["D-P_drop0.1"] == (None, None, None)
     assert {r.name for r in variations.ROWS if r.params is not None} == {"base", *EXPECTED} - {
-        n for n in EXPECTED if n[0] in "ADE"}
+        n for n in EXPECTED if n[0] in "ADER"}
 
 
 def test_list_and_selection(capsys):
@@ -65,7 +72,7 @@ def test_list_and_selection(capsys):
     text = capsys.readouterr().out
     assert all(name in text for name in EXPECTED) and "5.29" in text and "d_k=d_v=16" in text
     assert [r.name for r in variations.select(["E", "base", "C-N2"])] == ["base", "C-N2", "E-learned"]
-    assert len(variations.select(["all"])) == 19
+    assert len(variations.select(["all"])) == 28 and len(variations.select(["R"])) == 9
     with pytest.raises(variations.VariationsError, match="unknown row"):
         variations.select(["F"])
 
@@ -75,8 +82,12 @@ def test_budget_guard_refuses(tmp_path, capsys):
     argv = ["--rows", "all", "--seeds", "0", "1", "--budget", "80", "--out", str(out), "--ckpt-root", str(tmp_path)]
     assert variations.main(argv) == 2
     err = capsys.readouterr().err
-    assert "38 runs × --budget 80 s = 3040 s exceeds --max-total 540 s" in err and "at most 6 runs fit" in err
+    assert "56 waves × --budget 80 s = 4480 s exceeds --max-total 540 s" in err and "at most 6 runs fit" in err
     assert not out.exists()
+    assert variations.main([*argv, "--parallel", "8"]) == 2  # 7 waves of 8 runs: 560 s
+    assert "7 waves × --budget 80 s = 560 s" in capsys.readouterr().err
+    assert variations.main([*argv[:2], "--parallel", "0", "--out", str(out)]) == 2
+    assert "--parallel must be at least 1" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert variations.main(["--rows", "base", "--out", str(variations.ROOT / "results" / "variations")]) == 2
         assert "outside results/" in capsys.readouterr().err
@@ -92,11 +103,13 @@ def one_thread():
 
 def test_two_tiny_rows_end_to_end_then_skipped(multi30k_cache, tmp_path, one_thread, capsys):
     out, ck = tmp_path / "variations", tmp_path / "ck"
-    argv = ["--rows", "A-h1", "E-learned", "--out", str(out), "--ckpt-root", str(ck), *TINY]
+    argv = ["--rows", "A-h1", "E-learned", "--out", str(out), "--ckpt-root", str(ck), "--parallel", "2", *TINY]
     assert variations.main(argv) == 0
     for name in ("A-h1-s0", "E-learned-s0"):
         assert {p.name for p in (out / name).iterdir()} == {"metrics.json", "history.json", "attention.npz",
-                                                            "hyp.val.txt"}
+                                                            "hyp.val.txt", "run.log"}
+        assert "wrote" in (out / name / "run.log").read_text()
+        assert json.loads((out / name / "metrics.json").read_text())["provenance"]["concurrent_runs"] == 2
         metrics = json.loads((out / name / "metrics.json").read_text())
         assert set(metrics["bleu"]) == {"val"} and metrics["reference_check"] is None
         assert metrics["updates"] == 5 and metrics["model_config"]["d_model"] == 32
@@ -106,11 +119,21 @@ def test_two_tiny_rows_end_to_end_then_skipped(multi30k_cache, tmp_path, one_thr
     assert [(r["row"], r["seed"]) for r in summary["runs"]] == [("A-h1", 0), ("E-learned", 0)]
     assert set(summary["runs"][0]) == {"row", "family", "seed", "changes", "val_ppl", "val_bleu", "val_bleu_tok_lc",
                                        "parameters", "train_s", "total_s", "updates", "epochs", "stopped_by",
-                                       "time_budget_s", "device", "git_commit", "paper"}
+                                       "time_budget_s", "device", "git_commit", "paper", "options"}
     assert summary["runs"][1]["changes"] == {"learned_positions": True} and summary["failed"] == []
     assert summary["by_row"]["A-h1"]["val_ppl_sd"] is None and summary["runs"][0]["paper"]["bleu_dev"] == 24.9
-    assert [p.name for p in ck.iterdir()] == ["tokenizer-1000.json"]  # checkpoints deleted after each run
+    assert not ck.exists() or not any(ck.iterdir())  # checkpoints deleted after each run
     capsys.readouterr()
     assert variations.main(argv) == 0
     assert "2 runs chosen, 2 already done" in capsys.readouterr().out
     assert json.loads((out / "summary.json").read_text())["runs"] == summary["runs"]
+
+
+def test_best_row_is_chosen_on_validation():
+    summary = {"by_row": {"base": {"val_bleu_mean": 30.0}, "R-factor2.5": {"val_bleu_mean": 31.5},
+                          "D-P_drop0.5": {"val_bleu_mean": 29.0}}}
+    best = variations.best_row(summary)
+    assert best == {"row": "R-factor2.5", "changes": {}, "options": {"factor": 2.5}, "val_bleu_mean": 31.5,
+                    "chosen_on": "Multi30k val, sacreBLEU"}
+    with pytest.raises(variations.VariationsError, match="no finished runs"):
+        variations.best_row({"by_row": {}})

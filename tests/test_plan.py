@@ -1,0 +1,126 @@
+"""The GPU plan: every stage rehearsed on the CPU (tiny), the results chapters executed on what it wrote, and the
+hand-over of a GPU stage's output into results/ and pretrained/."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from aiayn import plan, pretrained
+from aiayn.provenance import ROOT
+
+
+def _tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory, multi30k_cache):
+    """`python -m aiayn.plan rehearse`, as a reader would run it (a fresh process), once for this module."""
+    out = tmp_path_factory.mktemp("plan") / "rehearsal"
+    before = _tree(ROOT / "results"), _tree(ROOT / "pretrained"), pretrained.REGISTRY.read_bytes()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "aiayn.plan", "rehearse", "--out", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    after = _tree(ROOT / "results"), _tree(ROOT / "pretrained"), pretrained.REGISTRY.read_bytes()
+    return out, done, before == after
+
+
+def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
+    out, done, untouched = rehearsal
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads((out / "rehearsal.json").read_text())
+    assert report["stages"] == {"search": 0, "final": 0, "speed": 0}
+    assert report["chapters"] == {"12_results": "ok", "13_variations": "ok"}
+    assert untouched, "the rehearsal changed results/, pretrained/ or aiayn/pretrained.json"
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["row"] in {"base", "A-h1", "R-factor1"} and recipe["chosen_on"] == "Multi30k val, sacreBLEU"
+    summary = json.loads((out / "variations" / "summary.json").read_text())
+    assert {r["row"] for r in summary["runs"]} == {"base", "A-h1", "R-factor1"} and summary["failed"] == []
+    assert recipe["val_bleu_mean"] == max(r["val_bleu_mean"] for r in summary["by_row"].values())
+    for name, (direction, layers) in plan.FINAL_RUNS.items():
+        metrics = json.loads((out / name / "metrics.json").read_text())
+        assert (metrics["direction"], metrics["layers"]) == (direction, layers)
+        assert metrics["provenance"]["concurrent_runs"] == plan.PROFILES["tiny"]["final"]["parallel"]
+        assert set(metrics["bleu"]) == {"val", "test2016", "test2017", "mscoco2017", "test2018"}
+    registry = json.loads((out / "pretrained" / "pretrained.json").read_text())
+    assert set(registry) == {"en-de", "de-en"}
+    model = pretrained.load("en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained")
+    assert isinstance(model.translate("Two dogs play in the snow."), str)
+    for name in ("bench_train.json", "bench_decode.json", "bench_epoch.json", "layers_gpu.json", "scaling.json"):
+        assert (out / name).is_file(), name
+    scaling = json.loads((out / "scaling.json").read_text())
+    assert [r["concurrent"] for r in scaling["results"]] == plan.PROFILES["tiny"]["scaling"]["concurrency"]
+    assert scaling["best_concurrency"] in plan.PROFILES["tiny"]["scaling"]["concurrency"]
+
+
+def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
+    out, done, _ = rehearsal
+    assert done.returncode == 0
+    for name in ("12_results", "13_variations"):
+        cells = json.loads((out / "chapters" / f"{name}.ipynb").read_text())["cells"]
+        text = "".join(str(o.get("text", "")) + json.dumps(o.get("data", {}))
+                       for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+        assert "Traceback" not in text, name
+        missing = re.findall(r"([\w.-]+): not stored yet", text)
+        assert set(missing) <= {"bench_train_compiled.json", "bench_train_multi30k.json"}, (name, missing)  # GPU only
+    assert "floor" in json.dumps(json.loads((out / "chapters" / "12_results.ipynb").read_text()))
+
+
+def test_cpu_runs_never_go_into_results(rehearsal, tmp_path):
+    out, _, _ = rehearsal
+    with pytest.raises(plan.PlanError, match="holds CPU runs"):
+        plan.install(out, results=tmp_path / "results", models=tmp_path / "models",
+                     registry_path=tmp_path / "registry.json")
+    assert not (tmp_path / "results").exists()
+
+
+def test_pack_and_install_a_gpu_stage(rehearsal, tmp_path):
+    """A GPU stage's folder, packed into parts (as a GPU call returns it), lands in results/ and pretrained/."""
+    out, _, _ = rehearsal
+    stage = tmp_path / "final"
+    (stage / "en-de").mkdir(parents=True)
+    metrics = json.loads((out / "en-de" / "metrics.json").read_text())
+    metrics["provenance"]["device"] = "cuda:0 (NVIDIA H200)"
+    (stage / "en-de" / "metrics.json").write_text(json.dumps(metrics))
+    (stage / "en-de" / "stray.pt").write_bytes(b"checkpoints are not results")
+    (stage / "logs").mkdir()
+    (stage / "logs" / "en-de.log").write_text("log")
+    (stage / "pretrained").mkdir()
+    for path in (out / "pretrained").iterdir():
+        (stage / "pretrained" / path.name).write_bytes(path.read_bytes())
+    parts = plan.pack(stage, tmp_path / "parts", part_bytes=50_000)
+    assert len(parts) > 1 and all(p.stat().st_size <= 50_000 for p in parts)
+    registry = tmp_path / "registry.json"
+    registry.write_text(json.dumps({"other": {"file": "other.pt"}}))
+    copied = plan.install(tmp_path / "parts", results=tmp_path / "results", models=tmp_path / "models",
+                          registry_path=registry)
+    assert (tmp_path / "results" / "en-de" / "metrics.json").is_file() and not (tmp_path / "results" / "logs").exists()
+    assert not list((tmp_path / "results").rglob("*.pt"))
+    assert (tmp_path / "models" / "en-de.pt").read_bytes() == (out / "pretrained" / "en-de.pt").read_bytes()
+    assert set(json.loads(registry.read_text())) == {"other", "en-de", "de-en"}
+    assert str(tmp_path / "models" / "en-de.pt") in copied
+
+
+def test_the_gpu_profile_needs_a_gpu_and_results_hold_no_rehearsal(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert plan.main(["run", "final", "--out", str(tmp_path / "x")]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
+    assert plan.main(["run", "speed", "--profile", "tiny", "--out", str(ROOT / "results" / "x")]) == 2
+    assert "holds GPU runs only" in capsys.readouterr().err
+    assert plan.main(["rehearse", "--out", str(ROOT / "results" / "x")]) == 2
+    assert "never go into results/" in capsys.readouterr().err
+    assert not (ROOT / "results" / "x").exists()
+
+
+def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
+    text = plan.show("gpu")
+    assert text.count("\n") >= 3 and "search:" in text and "final:" in text and "speed: python" in text
+    argv = plan.recipe_argv({"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
+                            ["--set", "d_model=32", "P_drop=0.1", "--max-tokens", "2000", "--warmup", "10"])
+    assert argv == ["--set", "d_model=32", "P_drop=0.4", "--max-tokens", "4000", "--warmup", "10", "--factor", "2.5"]
+    assert plan.recipe_argv(None, ["--warmup", "10"]) == ["--warmup", "10"]
