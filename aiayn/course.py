@@ -129,7 +129,8 @@ def sources(book: Path = BOOK, course: Path = COURSE) -> list[Path]:
 CHECK_CELL = """\
 # Check, {points} point{s}: {what}
 import importlib.util, runpy
-runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)["check"]("{assignment}", "{key}", globals())"""
+runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)["check"](
+    "{assignment}", "{key}", globals())"""
 
 
 def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0) -> dict:
@@ -225,6 +226,7 @@ def cell_timeout(cell):
 
 c.Execute.timeout_func = cell_timeout
 c.Execute.interrupt_on_timeout = True
+c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]  # no warning from each kernel about its transport
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
 
@@ -283,9 +285,9 @@ def _error(cell) -> str:
 
 
 def _detail(text: str) -> str:
-    """A detail line of the report, indented under the submission's line and wrapped at 100 characters."""
+    """A detail line of the report, indented under the submission's line and wrapped at 79 characters."""
     import textwrap
-    return textwrap.fill(text, 100, initial_indent=" " * 16, subsequent_indent=" " * 18)
+    return textwrap.fill(text, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
 
 
 def report(root: Path, assignment: str) -> list[str]:

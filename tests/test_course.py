@@ -402,4 +402,6 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
     assert _nbgrader(root, "autograde", "label_smoothing").returncode == 0
     assert "\n".join(course.report(root, "label_smoothing")) == shown("python -m aiayn.course report label_smoothing")
     assert _nbgrader(root, "export").returncode == 0
-    assert (root / "grades.csv").read_text().strip() == shown("cat grades.csv")
+    columns = [0, 3, 7, 9, 10]  # cut -d, -f1,4,8,10,11
+    rows = [line.split(",") for line in (root / "grades.csv").read_text().strip().splitlines()]
+    assert "\n".join(",".join(row[i] for i in columns) for row in rows) == shown("cut -d, -f1,4,8,10,11 grades.csv")
