@@ -1,11 +1,14 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-"""§6.1 results: read the stored GPU runs of the book's plan, set them beside the paper, the literature and the floor."""
+"""§6.1 results: read the stored GPU runs of the book's plan, set them beside
+the paper, the literature and the floor."""
 import json
 import os
+import textwrap
 from pathlib import Path
 
 import altair as alt
+import matplotlib.lines as mlines
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
@@ -16,132 +19,192 @@ from aiayn.experiment import SCORED
 from aiayn.plan import FINAL_RUNS
 from aiayn.provenance import ROOT
 
-RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))  # a clone's results/; set AIAYN_RESULTS elsewhere
+# a clone's results/; set AIAYN_RESULTS to read them from elsewhere
+RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))
 DIRECTIONS = ("en-de", "de-en")
 SPLITS = SCORED  # val and the four test sets, as the experiment scores them
-STAGE = {**{name: "final" for name in FINAL_RUNS}, "bench_decode.json": "final", "bench_train.json": "speed",
-         "bench_train_compiled.json": "speed", "bench_train_multi30k.json": "speed",
-         "bench_train_multi30k_fp16.json": "speed", "layers_gpu.json": "speed", "variations": "search",
-         "scaling.json": "search", "recipe.json": "search"}  # what the plan writes, and in which stage
+STAGE = {  # what the plan writes, and in which stage
+    **{name: "final" for name in FINAL_RUNS}, "bench_decode.json": "final",
+    "bench_train.json": "speed", "bench_train_compiled.json": "speed",
+    "bench_train_multi30k.json": "speed",
+    "bench_train_multi30k_fp16.json": "speed", "layers_gpu.json": "speed",
+    "variations": "search", "scaling.json": "search", "recipe.json": "search"}
 
 
 def load_json(path) -> dict | None:
     """A JSON file as a dict, or None when the file is not there."""
     path = Path(path)
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def load_run(folder) -> dict | None:
-    """One run of aiayn.experiment: metrics, history and the attention file's path; None without metrics.json."""
+    """One run of aiayn.experiment: metrics, history and the attention
+    file's path; None without metrics.json."""
     folder = Path(folder)
     metrics = load_json(folder / "metrics.json")
     if metrics is None:
         return None
     attention = folder / "attention.npz"
-    return {"folder": folder, "metrics": metrics, "history": load_json(folder / "history.json"),
+    return {"folder": folder, "metrics": metrics,
+            "history": load_json(folder / "history.json"),
             "attention": attention if attention.is_file() else None}
 
 
 def hypotheses(run: dict, split: str) -> list[str]:
-    """The stored beam-search output of one split, one line per source sentence."""
-    lines = (run["folder"] / f"hyp.{split}.txt").read_text(encoding="utf-8").split("\n")
+    """The stored beam-search output of one split, one line per source
+    sentence."""
+    path = run["folder"] / f"hyp.{split}.txt"
+    lines = path.read_text(encoding="utf-8").split("\n")
     return lines[:-1] if lines[-1] == "" else lines
 
 
 def missing(name: str) -> str:
-    """What to say when a stored GPU result is absent: that it is, and the commands that write it."""
+    """What to say when a stored GPU result is absent: that it is, and the
+    commands that write it."""
     return (f"{name}: not stored yet. It is made on a GPU by\n"
-            f"    python -m aiayn.plan run {STAGE[name]} --out DIR && python -m aiayn.plan install DIR")
+            f"    python -m aiayn.plan run {STAGE[name]} --out DIR\n"
+            f"and copied into results/ by\n"
+            f"    python -m aiayn.plan install DIR")
+
+
+def wrap(text: str, width: int = 79) -> str:
+    """Each line of ``text`` wrapped to ``width`` columns, continued with two
+    more spaces of indent than the line it continues."""
+    out = []
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        out.append(textwrap.fill(line, width, subsequent_indent=indent,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def provenance_line(report: dict) -> str:
-    """Where a stored figure came from: device, torch and CUDA, commit, date, wall time, sharing and command line."""
+    """Where a stored figure came from: device, torch and CUDA, commit, date,
+    wall time, sharing and command line."""
     p = report["provenance"]
-    commit = (p.get("git_commit") or "unknown")[:10] + (" with uncommitted changes" if p.get("git_dirty") else "")
-    parts = [p["device"], f"torch {p['torch']}" + (f", CUDA {p['cuda']}" if p.get("cuda") else ""),
-             f"commit {commit}", p["date"][:10], f"{p.get('concurrent_runs', 1)} run(s) sharing the device"]
+    commit = (p.get("git_commit") or "unknown")[:10]
+    if p.get("git_dirty"):
+        commit += " with uncommitted changes"
+    cuda = f", CUDA {p['cuda']}" if p.get("cuda") else ""
+    parts = [p["device"], f"torch {p['torch']}{cuda}", f"commit {commit}",
+             p["date"][:10],
+             f"{p.get('concurrent_runs', 1)} run(s) sharing the device"]
     wall = p.get("wall_s")
     if isinstance(wall, dict):
-        parts.append(f"{wall['total']:.0f} s in all, {wall['train']:.0f} s of training")
+        parts.append(f"{wall['total']:.0f} s in all, "
+                     f"{wall['train']:.0f} s of training")
     return " | ".join(parts) + f"\n  command: {p['command']}"
 
 
 def config_line(metrics: dict) -> str:
-    """The model, data and decoding settings of a run, in the paper's names."""
+    """The model, data and decoding settings of a run, in the paper's
+    names."""
     c, d, dec = metrics["model_config"], metrics["data"], metrics["decoding"]
-    return (f"{metrics.get('layers', 'aiayn')} layers, N={c['N']} d_model={c['d_model']} d_ff={c['d_ff']} h={c['h']} "
-            f"P_drop={c['P_drop']} eps_ls={c['eps_ls']}, {metrics['parameters'] / 1e6:.2f}M parameters; joint BPE "
-            f"{d['bpe_size']}, {d['max_tokens']}-token batches; {metrics['updates']} updates in {metrics['epochs']} "
-            f"epochs (stopped by {metrics['stopped_by']}); average of {len(metrics['averaged_checkpoints'])} "
-            f"checkpoints; beam {dec['beam_size']}, alpha {dec['alpha']}")
+    return (f"{metrics.get('layers', 'aiayn')} layers, N={c['N']} "
+            f"d_model={c['d_model']} d_ff={c['d_ff']} h={c['h']} "
+            f"P_drop={c['P_drop']} eps_ls={c['eps_ls']}, "
+            f"{metrics['parameters'] / 1e6:.2f}M parameters; joint BPE "
+            f"{d['bpe_size']}, {d['max_tokens']}-token batches; "
+            f"{metrics['updates']} updates in {metrics['epochs']} epochs "
+            f"(stopped by {metrics['stopped_by']}); average of "
+            f"{len(metrics['averaged_checkpoints'])} checkpoints; "
+            f"beam {dec['beam_size']}, alpha {dec['alpha']}")
 
 
 def describe(run: dict, label: str) -> str:
-    """The provenance block printed under every table and figure made from a run."""
+    """The provenance block printed under every table and figure made from
+    a run, wrapped to 79 columns."""
     m = run["metrics"]
-    signature = next(iter(m["bleu"].values()))["sacrebleu"]["signature"] if m["bleu"] else "no split scored"
-    return (f"{label} [{run['folder'].name}/metrics.json]\n  {provenance_line(m)}\n  {config_line(m)}\n"
-            f"  sacreBLEU signature: {signature}")
+    if m["bleu"]:
+        signature = next(iter(m["bleu"].values()))["sacrebleu"]["signature"]
+    else:
+        signature = "no split scored"
+    return wrap(f"{label} [{run['folder'].name}/metrics.json]\n"
+                f"  {provenance_line(m)}\n  {config_line(m)}\n"
+                f"  sacreBLEU signature: {signature}")
 
 
-SACREBLEU, TOK_LC = "cased sacreBLEU (13a)", "lowercased Moses-tokenised BLEU"
-TEST_SETS = {"val": "Multi30k val", "test2016": "Multi30k test 2016", "test2017": "Multi30k test 2017",
-             "mscoco2017": "Multi30k MSCOCO 2017", "test2018": "Multi30k test 2018"}
+SACREBLEU = "cased sacreBLEU (13a)"
+TOK_LC = "lowercased Moses-tokenised BLEU"
+TEST_SETS = {"val": "Multi30k val", "test2016": "Multi30k test 2016",
+             "test2017": "Multi30k test 2017",
+             "mscoco2017": "Multi30k MSCOCO 2017",
+             "test2018": "Multi30k test 2018"}
+WMT = "another data set (WMT 2014, 4.5M pairs): not comparable"
 ANCHORS = pd.DataFrame([  # published figures, as their papers report them
-    ("Vaswani et al. (2017), base", "en-de", "WMT newstest2014", "tokenised BLEU, cased", 27.3,
-     "another data set (WMT 2014, 4.5M pairs): not comparable"),
-    ("Vaswani et al. (2017), big", "en-de", "WMT newstest2014", "tokenised BLEU, cased", 28.4,
-     "another data set (WMT 2014, 4.5M pairs): not comparable"),
-    ("Wu et al. (2021), text-only", "en-de", TEST_SETS["test2016"], TOK_LC, 41.02,
-     "4+4 layers, d 128, dropout 0.3, averaged checkpoints"),
-    ("bentrevett tutorial", "de-en", TEST_SETS["test2016"], "lowercased tokenised BLEU", 36.52,
+    ("Vaswani et al. (2017), base", "en-de", "WMT newstest2014",
+     "tokenised BLEU, cased", 27.3, WMT),
+    ("Vaswani et al. (2017), big", "en-de", "WMT newstest2014",
+     "tokenised BLEU, cased", 28.4, WMT),
+    ("Wu et al. (2021), text-only", "en-de", TEST_SETS["test2016"], TOK_LC,
+     41.02, "4+4 layers, d 128, dropout 0.3, averaged checkpoints"),
+    ("bentrevett tutorial", "de-en", TEST_SETS["test2016"],
+     "lowercased tokenised BLEU", 36.52,
      "greedy decoding, the tutorial's own tokens"),
 ], columns=["system", "direction", "test set", "metric", "BLEU", "note"])
 
 
 def our_rows(label: str, run: dict, split: str = "test2016") -> pd.DataFrame:
-    """A run's two BLEU figures on one split, as rows of the comparison table."""
+    """A run's two BLEU figures on one split, as rows of the comparison
+    table."""
     m, s = run["metrics"], run["metrics"]["bleu"][split]
-    note = (f"{m['parameters'] / 1e6:.1f}M parameters, {m['updates']} updates, beam 4, alpha 0.6, "
-            f"on {m['provenance']['device']}")
-    return pd.DataFrame([(label, m["direction"], TEST_SETS[split], metric, s[key]["score"], note)
-                         for metric, key in ((SACREBLEU, "sacrebleu"), (TOK_LC, "tok_lc"))], columns=ANCHORS.columns)
+    note = (f"{m['parameters'] / 1e6:.1f}M parameters, {m['updates']} "
+            f"updates, beam 4, alpha 0.6, on {m['provenance']['device']}")
+    metrics = ((SACREBLEU, "sacrebleu"), (TOK_LC, "tok_lc"))
+    return pd.DataFrame([(label, m["direction"], TEST_SETS[split], metric,
+                          s[key]["score"], note) for metric, key in metrics],
+                        columns=ANCHORS.columns)
 
 
-def bleu_table(runs: dict[str, dict], split: str = "test2016") -> pd.DataFrame:
-    """Our runs (label -> run) and the published figures, direction by direction, ours first."""
+def bleu_table(runs: dict[str, dict],
+               split: str = "test2016") -> pd.DataFrame:
+    """Our runs (label -> run) and the published figures, direction by
+    direction, ours first."""
     parts = []
     for direction in DIRECTIONS:
         parts += [our_rows(label, run, split) for label, run in runs.items()
-                  if run["metrics"]["direction"] == direction and split in run["metrics"]["bleu"]]
+                  if run["metrics"]["direction"] == direction
+                  and split in run["metrics"]["bleu"]]
         parts.append(ANCHORS[ANCHORS["direction"] == direction])
     return pd.concat(parts, ignore_index=True)
 
 
 def scores_table(run: dict) -> pd.DataFrame:
-    """Every scored split of a run: both BLEUs, the brevity penalty, output/reference length, decoding time."""
+    """Every scored split of a run: both BLEUs, the brevity penalty,
+    output/reference length, decoding time."""
     rows = []
     for split, s in run["metrics"]["bleu"].items():
         sb = s["sacrebleu"]
-        rows.append({"split": split, "sentences": s["sentences"], SACREBLEU: sb["score"], TOK_LC: s["tok_lc"]["score"],
-                     "BP": sb["bp"], "length ratio": sb["sys_len"] / sb["ref_len"], "decode s": s["decode_s"]})
+        rows.append({"split": split, "sentences": s["sentences"],
+                     SACREBLEU: sb["score"], TOK_LC: s["tok_lc"]["score"],
+                     "BP": sb["bp"],
+                     "length ratio": sb["sys_len"] / sb["ref_len"],
+                     "decode s": s["decode_s"]})
     return pd.DataFrame(rows).set_index("split")
 
 
 def plot_bleu(table: pd.DataFrame, ours: list[str]):
-    """Multi30k test 2016 BLEU of our runs (labels ``ours``) and the anchors, one panel per direction, bars by metric."""
+    """Multi30k test 2016 BLEU of our runs (labels ``ours``) and the
+    anchors, one panel per direction, bars by metric."""
     rows = table[table["test set"] == TEST_SETS["test2016"]]
     colors = {SACREBLEU: "C0", TOK_LC: "C1", "lowercased tokenised BLEU": "C2"}
-    fig, axes = plt.subplots(len(DIRECTIONS), 1, figsize=(7, 5.5), dpi=100, sharex=True)
+    fig, axes = plt.subplots(len(DIRECTIONS), 1, figsize=(6.8, 5.5), dpi=100,
+                             sharex=True)
     for ax, direction in zip(axes, DIRECTIONS):
         part = rows[rows["direction"] == direction].iloc[::-1]
         y = np.arange(len(part))
-        bars = ax.barh(y, part["BLEU"], color=[colors[m] for m in part["metric"]],
-                       hatch=["" if s in ours else "//" for s in part["system"]], edgecolor="white")
+        bars = ax.barh(y, part["BLEU"],
+                       color=[colors[m] for m in part["metric"]],
+                       hatch=["" if s in ours else "//"
+                              for s in part["system"]], edgecolor="white")
         ax.bar_label(bars, fmt="%.2f", fontsize=9, padding=2)
-        ax.set_yticks(y, [f"{s}\n{m}" for s, m in zip(part["system"], part["metric"])], fontsize=9)
+        ax.set_yticks(y, [f"{s}\n{m}" for s, m in
+                          zip(part["system"], part["metric"])], fontsize=9)
         stored = part["system"].isin(ours).any()
-        ax.set_title(direction.replace("-", " → ").upper() + ("" if stored else ": no run of ours stored yet"))
+        title = direction.replace("-", " → ").upper()
+        ax.set_title(title + ("" if stored else ": no run of ours stored yet"))
         ax.set_xlim(0, 50)
     axes[-1].set_xlabel("BLEU on Multi30k test 2016")
     fig.tight_layout()
@@ -149,137 +212,205 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
 
 
 def history_frames(history: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-update training curve (step, loss, lr, epoch) and per-epoch validation (epoch, step, val_loss, val_ppl)."""
-    train = pd.DataFrame({k: history[k] for k in ("step", "loss", "lr", "epoch")})
+    """Per-update training curve (step, loss, lr, epoch) and per-epoch
+    validation (epoch, step, val_loss, val_ppl)."""
+    train = pd.DataFrame({k: history[k]
+                          for k in ("step", "loss", "lr", "epoch")})
     epoch_end = train.groupby("epoch")["step"].max()
-    val = pd.DataFrame({"epoch": range(1, len(history["val_loss"]) + 1), "val_loss": history["val_loss"],
+    val = pd.DataFrame({"epoch": range(1, len(history["val_loss"]) + 1),
+                        "val_loss": history["val_loss"],
                         "val_ppl": history["val_ppl"]})
     val.insert(1, "step", val["epoch"].map(epoch_end))
     return train, val
 
 
 def plot_history(histories: dict[str, dict]):
-    """Label-smoothed training loss per update (and its running mean), validation loss and perplexity per epoch."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=100)
+    """Label-smoothed training loss per update (and its running mean),
+    validation loss and perplexity per epoch."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.8, 4.2), dpi=100)
     for i, (label, history) in enumerate(histories.items()):
         train, val = history_frames(history)
         color = f"C{i}"
         ax1.plot(train["step"], train["loss"], color=color, lw=0.5, alpha=0.3)
         window = max(1, len(train) // 50)
-        ax1.plot(train["step"], train["loss"].rolling(window, min_periods=1).mean(), color=color, lw=1.2,
-                 label=f"{label}: training")
-        ax1.plot(val["step"], val["val_loss"], "o--", color=color, ms=3, lw=0.8, label=f"{label}: validation")
-        ax2.plot(val["step"], val["val_ppl"], "o-", color=color, ms=3, label=label)
+        mean = train["loss"].rolling(window, min_periods=1).mean()
+        ax1.plot(train["step"], mean, color=color, lw=1.2)
+        ax1.plot(val["step"], val["val_loss"], "o--", color=color, ms=3,
+                 lw=0.8)
+        ax2.plot(val["step"], val["val_ppl"], "o-", color=color, ms=3,
+                 label=label)
     ax1.set_xlabel("update")
     ax1.set_ylabel("label-smoothed loss per token")
-    ax1.legend(fontsize=7)
+    styles = [mlines.Line2D([], [], color="grey", lw=1.2,
+                            label="training (running mean)"),
+              mlines.Line2D([], [], color="grey", ls="--", marker="o", ms=3,
+                            lw=0.8, label="validation")]
+    ax1.legend(handles=styles, fontsize=8)
     ax2.set_xlabel("update")
     ax2.set_ylabel("validation perplexity")
     ax2.set_yscale("log")
     ax2.yaxis.set_major_formatter(mticker.FormatStrFormatter("%g"))
-    ax2.yaxis.set_minor_formatter(mticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
+    ax2.yaxis.set_minor_formatter(
+        mticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+    fig.legend(*ax2.get_legend_handles_labels(), loc="lower center",
+               ncol=2, fontsize=8, frameon=False)  # one colour per run
+    fig.tight_layout(rect=(0, 0.06 * ((len(histories) + 1) // 2) + 0.02, 1, 1))
     return fig
 
 
-def sentence_frame(sources: list[str], references: list[str], hyps: list[str]) -> pd.DataFrame:
-    """One row per sentence: the texts, sentence-level sacreBLEU and word counts."""
+def sentence_frame(sources: list[str], references: list[str],
+                   hyps: list[str]) -> pd.DataFrame:
+    """One row per sentence: the texts, sentence-level sacreBLEU and word
+    counts."""
     if not len(sources) == len(references) == len(hyps):
-        raise ValueError(f"{len(sources)} sources, {len(references)} references and {len(hyps)} hypotheses: "
-                         f"the hypothesis file must have one line per source sentence")
-    return pd.DataFrame({"source": sources, "reference": references, "hypothesis": hyps,
-                         "bleu": [sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, references)],
-                         "hyp_words": [len(h.split()) for h in hyps], "ref_words": [len(r.split()) for r in references]})
+        raise ValueError(
+            f"{len(sources)} sources, {len(references)} references and "
+            f"{len(hyps)} hypotheses: the hypothesis file must have one line "
+            f"per source sentence")
+    return pd.DataFrame({
+        "source": sources, "reference": references, "hypothesis": hyps,
+        "bleu": [sacrebleu.sentence_bleu(h, [r]).score
+                 for h, r in zip(hyps, references)],
+        "hyp_words": [len(h.split()) for h in hyps],
+        "ref_words": [len(r.split()) for r in references]})
 
 
 def repeats(sentence: str, times: int = 3) -> bool:
-    """True when some word occurs ``times`` times in a row ("einem einem einem")."""
+    """True when some word occurs ``times`` times in a row ("einem einem
+    einem")."""
     words = sentence.split()
-    return any(len(set(words[i:i + times])) == 1 for i in range(len(words) - times + 1))
+    return any(len(set(words[i:i + times])) == 1
+               for i in range(len(words) - times + 1))
 
 
 ERRORS = {
     "empty output": lambda f: f["hypothesis"].str.strip() == "",
     "a word 3 times in a row": lambda f: f["hypothesis"].map(repeats),
-    "under half the reference length": lambda f: f["hyp_words"] < 0.5 * f["ref_words"],
-    "over 1.5 times the reference length": lambda f: f["hyp_words"] > 1.5 * f["ref_words"],
-    "a broken character (U+FFFD)": lambda f: f["hypothesis"].str.contains("\ufffd", regex=False),
-    "copies the source": lambda f: f["hypothesis"].str.lower() == f["source"].str.lower(),
+    "under half the reference length":
+        lambda f: f["hyp_words"] < 0.5 * f["ref_words"],
+    "over 1.5 times the reference length":
+        lambda f: f["hyp_words"] > 1.5 * f["ref_words"],
+    "a broken character (U+FFFD)":
+        lambda f: f["hypothesis"].str.contains("\ufffd", regex=False),
+    "copies the source":
+        lambda f: f["hypothesis"].str.lower() == f["source"].str.lower(),
 }
 
 
 def error_profile(frame: pd.DataFrame) -> pd.DataFrame:
-    """How many outputs show each generic failure sign, their share and their mean sentence BLEU."""
+    """How many outputs show each generic failure sign, their share and
+    their mean sentence BLEU."""
     rows = []
     for name, test in ERRORS.items():
         hit = test(frame)
-        rows.append({"sign": name, "sentences": int(hit.sum()), "share %": 100 * hit.mean(),
-                     "mean sentence BLEU": frame.loc[hit, "bleu"].mean() if hit.any() else np.nan})
+        bleu = frame.loc[hit, "bleu"].mean() if hit.any() else np.nan
+        rows.append({"sign": name, "sentences": int(hit.sum()),
+                     "share %": 100 * hit.mean(), "mean sentence BLEU": bleu})
     return pd.DataFrame(rows).set_index("sign")
 
 
-KINDS = {"enc_self": ("encoder self-attention", "src", "src"), "dec_self": ("decoder self-attention", "tgt", "tgt"),
-         "cross": ("encoder-decoder attention", "tgt", "src")}  # kind -> (name, query side, key side)
+KINDS = {  # kind -> (name, query side, key side)
+    "enc_self": ("encoder self-attention", "src", "src"),
+    "dec_self": ("decoder self-attention", "tgt", "tgt"),
+    "cross": ("encoder-decoder attention", "tgt", "src")}
+MAX_POSITIONS = 25  # an attention chart draws at most this many tokens a side
 
 
 def load_attention(path) -> dict:
-    """attention.npz as a dict of arrays (weights float16, tokens and sentences as strings)."""
+    """attention.npz as a dict of arrays (weights float16, tokens and
+    sentences as strings)."""
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
 
 
 def attention_frame(att: dict, k: int, kind: str) -> pd.DataFrame:
-    """Long format of one sentence's weights: one row per (layer, head, query, key), layers and heads from 1."""
+    """Long format of one sentence's weights: one row per (layer, head,
+    query, key), layers and heads from 1."""
     weights = att[f"s{k}_{kind}"].astype(np.float32)  # (N, h, len_q, len_k)
     _, q_side, k_side = KINDS[kind]
-    q_tokens, k_tokens = att[f"s{k}_{q_side}_tokens"], att[f"s{k}_{k_side}_tokens"]
+    q_tokens = att[f"s{k}_{q_side}_tokens"]
+    k_tokens = att[f"s{k}_{k_side}_tokens"]
     layer, head, query, key = (a.ravel() for a in np.indices(weights.shape))
-    return pd.DataFrame({"layer": layer + 1, "head": head + 1, "query": query, "key": key,
-                         "query_token": q_tokens[query], "key_token": k_tokens[key], "weight": weights.ravel()})
+    return pd.DataFrame({"layer": layer + 1, "head": head + 1,
+                         "query": query, "key": key,
+                         "query_token": q_tokens[query],
+                         "key_token": k_tokens[key],
+                         "weight": weights.ravel()})
 
 
-def attention_chart(att: dict, k: int, kind: str, cell: int = 18, min_weight: float = 0.01, max_positions: int = 40):
-    """Heatmap of one kind of attention with layer and head selectors; tokens on the axes.
+def attention_chart(att: dict, k: int, kind: str, cell: int = 18,
+                    min_weight: float = 0.01,
+                    max_positions: int = MAX_POSITIONS):
+    """Heatmap of one kind of attention with layer and head selectors;
+    tokens on the axes.
 
-    Weights below ``min_weight`` are left out (drawn white, as 0 is) and positions beyond ``max_positions`` cut, to keep
-    the page small.
+    Weights below ``min_weight`` are left out (drawn white, as 0 is), and
+    only the first ``max_positions`` tokens of each side are drawn, so that
+    every row and column keeps a readable label (a degenerate output that
+    repeats one word would otherwise fill the page).
     """
     df = attention_frame(att, k, kind)
     n_layers, n_heads = int(df["layer"].max()), int(df["head"].max())
-    df = df[(df["weight"] >= min_weight) & (df["query"] < max_positions) & (df["key"] < max_positions)]
+    df = df[(df["weight"] >= min_weight) & (df["query"] < max_positions)
+            & (df["key"] < max_positions)]
     df = df.assign(weight=df["weight"].astype(float).round(3))
     name, q_side, k_side = KINDS[kind]
+    cut = []
 
     def axis(field, side):
-        """Encoding arguments of one axis (positions, labelled with their tokens) and its length in pixels."""
-        tokens = [str(t) for t in att[f"s{k}_{side}_tokens"][:max_positions]]
-        step = max(8, min(cell, 360 // len(tokens)))
-        return dict(shorthand=f"{field}:O", title=field, scale=alt.Scale(domain=list(range(len(tokens)))),
-                    axis=alt.Axis(labelExpr=f"{json.dumps(tokens, ensure_ascii=False)}[datum.value]",
-                                  labelAngle=-60 if field == "key" else 0)), step * len(tokens)
+        """Encoding arguments of one axis (positions, labelled with their
+        tokens) and its length in pixels."""
+        all_tokens = att[f"s{k}_{side}_tokens"]
+        tokens = [str(t) for t in all_tokens[:max_positions]]
+        if len(all_tokens) > max_positions:
+            cut.append(f"first {max_positions} of {len(all_tokens)} {field}s")
+        step = max(12, min(cell, 450 // len(tokens)))
+        labels = json.dumps(tokens, ensure_ascii=False)
+        return dict(shorthand=f"{field}:O", title=field,
+                    scale=alt.Scale(domain=list(range(len(tokens)))),
+                    axis=alt.Axis(labelExpr=f"{labels}[datum.value]",
+                                  labelFontSize=11, labelLimit=90,
+                                  labelAngle=-60 if field == "key" else 0)
+                    ), step * len(tokens)
 
     (x, width), (y, height) = axis("key", k_side), axis("query", q_side)
-    layer = alt.param(name="layer", value=n_layers,
-                      bind=alt.binding_select(options=list(range(1, n_layers + 1)), name="layer "))
-    head = alt.param(name="head", value=1, bind=alt.binding_select(options=list(range(1, n_heads + 1)), name="head "))
-    return alt.Chart(df, title=f"{name}: sentence {k}").mark_rect().encode(
-        x=alt.X(**x), y=alt.Y(**y),
-        color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1], range=["#ffffff", "#08306b"], interpolate="rgb")),
+    layer = alt.param(name="layer", value=n_layers, bind=alt.binding_select(
+        options=list(range(1, n_layers + 1)), name="layer "))
+    head = alt.param(name="head", value=1, bind=alt.binding_select(
+        options=list(range(1, n_heads + 1)), name="head "))
+    title = f"{name}: sentence {k}" + (f" ({', '.join(cut)})" if cut else "")
+    colour = alt.Color("weight:Q", scale=alt.Scale(
+        domain=[0, 1], range=["#ffffff", "#08306b"], interpolate="rgb"))
+    side = {"src": "source", "tgt": "target"}
+    description = (
+        f"Heatmap of the {name} weights of sentence {k}: {side[q_side]} "
+        f"tokens as rows (queries), {side[k_side]} tokens as columns (keys), "
+        f"darker for a larger weight; menus pick the layer and the head.")
+    return alt.Chart(df, title=title).mark_rect().encode(
+        x=alt.X(**x), y=alt.Y(**y), color=colour,
         tooltip=["query_token", "key_token", "weight"],
     ).add_params(layer, head).transform_filter(
-        (alt.datum.layer == layer) & (alt.datum.head == head)).properties(width=width, height=height)
+        (alt.datum.layer == layer) & (alt.datum.head == head)).properties(
+        width=width, height=height, description=description)
 
 
 def train_benchmark_table(report: dict) -> pd.DataFrame:
-    """benchmarks/train_throughput.py: tokens/s, ms per update, parameters and MFU of ours and nn.Transformer."""
-    return pd.DataFrame({name: {"tokens/s": r["tokens_per_s"], "ms per update": 1e3 * r["seconds_per_step"],
-                                "parameters (M)": r["parameters"] / 1e6, "TFLOP per update": r["flops_per_step"] / 1e12,
-                                "MFU %": np.nan if r["mfu"] is None else 100 * r["mfu"]}
-                         for name, r in report["results"].items()}).T
+    """benchmarks/train_throughput.py: tokens/s, ms per update, parameters
+    and MFU of ours and nn.Transformer."""
+    return pd.DataFrame({
+        name: {"tokens/s": r["tokens_per_s"],
+               "ms per update": 1e3 * r["seconds_per_step"],
+               "parameters (M)": r["parameters"] / 1e6,
+               "TFLOP per update": r["flops_per_step"] / 1e12,
+               "MFU %": np.nan if r["mfu"] is None else 100 * r["mfu"]}
+        for name, r in report["results"].items()}).T
 
 
 def decode_benchmark_table(report: dict) -> pd.DataFrame:
-    """benchmarks/decode_throughput.py: beam search with and without the key/value cache."""
-    return pd.DataFrame({name: {"sentences/s": r["sentences_per_s"], "output tokens/s": r["output_tokens_per_s"],
-                                "seconds": r["seconds"]} for name, r in report["results"].items()}).T
+    """benchmarks/decode_throughput.py: beam search with and without the
+    key/value cache."""
+    return pd.DataFrame({
+        name: {"sentences/s": r["sentences_per_s"],
+               "output tokens/s": r["output_tokens_per_s"],
+               "seconds": r["seconds"]}
+        for name, r in report["results"].items()}).T

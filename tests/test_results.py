@@ -77,8 +77,11 @@ def test_load_run_and_missing_files(run_dir, tmp_path):
     assert run["metrics"]["updates"] == 6000
     # one line per sentence: an empty output stays a line, and U+2028 inside a line does not split it
     assert results.hypotheses(run, "test2016") == ["Ein Hund läuft.", "", "Zwei\u2028Katzen."]
-    assert results.missing("de-en") == ("de-en: not stored yet. It is made on a GPU by\n    python -m aiayn.plan run "
-                                        "final --out DIR && python -m aiayn.plan install DIR")
+    assert results.missing("de-en") == ("de-en: not stored yet. It is made on a GPU by\n"
+                                        "    python -m aiayn.plan run final --out DIR\n"
+                                        "and copied into results/ by\n"
+                                        "    python -m aiayn.plan install DIR")
+    assert all(len(line) <= 79 for name in results.STAGE for line in results.missing(name).splitlines())
     assert "aiayn.plan run speed" in results.missing("bench_train.json")
     assert "aiayn.plan run search" in results.missing("variations")
 
@@ -94,8 +97,10 @@ def test_provenance_and_config_lines(run_dir):
         "aiayn layers, N=4 d_model=256 d_ff=1024 h=4 P_drop=0.3 eps_ls=0.1, 9.40M parameters; joint BPE 8000, "
         "8000-token batches; 6000 updates in 25 epochs (stopped by time budget); average of 10 checkpoints; beam 4, "
         "alpha 0.6")
-    assert results.describe(results.load_run(run_dir), "ours").endswith(
-        "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")
+    described = results.describe(results.load_run(run_dir), "ours")
+    assert described.endswith("sacreBLEU signature:\n    nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")
+    assert all(len(line) <= 79 for line in described.splitlines())  # printed in the chapter's 79 columns
+    assert "2026-01-02" in described and "6000 updates in 25 epochs" in described
 
 
 def test_bleu_table_puts_ours_before_the_anchors_of_each_direction(run_dir):
