@@ -355,6 +355,10 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
                       "f_tampered": (own_run(wrong), total), "g_stripped": (total, total)}
     for student in ("a_correct", "b_wrong", "e_looping"):
         assert (root / "feedback" / student / "schedule" / "schedule.html").exists()
+    graded = nbformat.read(root / "autograded" / "b_wrong" / "schedule" / "schedule.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
+    n_checks = len(ASSIGNMENTS["schedule"].checks) + len(ASSIGNMENTS["accumulation"].checks)
+    assert printed.count("passed, ") + printed.count("failed, 0 of ") == n_checks  # what the student sees too
 
     report = "\n".join(course.report(root, "schedule"))
     lines = {line.split()[0]: line for line in report.splitlines() if not line.startswith(" ")}
