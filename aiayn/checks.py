@@ -1177,3 +1177,51 @@ def _repeats_checks():
                 _equal(bool(call(f, sentence, times)), want, f"my_repeats({sentence!r}, {times})")
 
     return [("agrees", "six sentences, 2 to 4 repetitions", 1, agrees)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# §6.2 variations: the parameter count of a configuration, by hand
+# ----------------------------------------------------------------------------------------------------------
+
+def _parameter_count(c, biases=True, norms=True, tied=True) -> int:
+    """Reference: the parameters of a post-LN Transformer with sinusoidal positions and three-way tied embeddings."""
+    d, dk, h = c.d_model, c.d_k or c.d_model // c.h, c.h
+    attention = 4 * d * h * dk + (3 * h * dk + d) * biases    # W_Q, W_K, W_V, W_O (and their biases)
+    ffn = 2 * d * c.d_ff + (c.d_ff + d) * biases
+    norm = 2 * d * norms                                       # a LayerNorm's gain and bias
+    embeddings = c.vocab_size * d * (1 if tied else 3)
+    return embeddings + c.N * (attention + ffn + 2 * norm) + c.N * (2 * attention + ffn + 3 * norm)
+
+
+@_assignment("parameter_count", "Parameters by hand (§6.2)", "variations", ["my_parameter_count"],
+             "my_parameter_count(c: TransformerConfig) -> int, the parameters of make_model(c) with tied weights "
+             "and sinusoidal positions", ["aiayn.model.parameter_count", "aiayn.model.count_parameters",
+                                          "aiayn.model.make_model"])
+def _parameter_count_checks():
+    def configs(**changes):
+        from aiayn.model import TransformerConfig
+        return TransformerConfig(**{"vocab_size": 10000, **changes})
+
+    def count(call, f, c, what):
+        got, want = call(f, c), _parameter_count(c)
+        if got != want:
+            causes = [(_parameter_count(c, biases=False), "the biases of the projections are missing"),
+                      (_parameter_count(c, norms=False), "the LayerNorms (a gain and a bias each) are missing"),
+                      (_parameter_count(c, tied=False), "the three embeddings are counted separately; here they "
+                                                        "are one tied matrix")]
+            cause = next((f": {why}" for wrong, why in causes if got == wrong), "")
+            raise Failed(f"{what}: {_relative(float(got), float(want))}{cause}")
+
+    def base(f, call):
+        count(call, f, configs(), "the base model, vocabulary 10000")
+
+    def d_k(f, call):
+        for h, dk in [(1, 512), (4, 128), (16, 32), (32, 16), (8, 16)]:
+            count(call, f, configs(h=h, d_k=dk), f"h = {h}, d_k = {dk} (rows A and B)")
+
+    def sizes(f, call):
+        for N, d_model, d_ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512)]:
+            count(call, f, configs(N=N, d_model=d_model, d_ff=d_ff), f"N = {N}, d_model = {d_model}, d_ff = {d_ff}")
+
+    return [("base", "the base model", 1, base), ("d_k", "h and d_k varied, as in rows (A) and (B)", 1, d_k),
+            ("sizes", "N, d_model and d_ff varied, as in rows (C)", 1, sizes)]

@@ -209,6 +209,18 @@ def test_the_papers_interleaved_layout_is_named():
     assert "interleaved" in why["zero"] and "shape" not in why and "norm" not in why
 
 
+def test_a_parameter_count_without_biases_is_named():
+    def no_biases(c):
+        d, dk = c.d_model, c.d_k or c.d_model // c.h
+        attention, ffn = 4 * d * c.h * dk, 2 * d * c.d_ff
+        return c.vocab_size * d + c.N * (attention + ffn + 4 * d) + c.N * (2 * attention + ffn + 6 * d)
+
+    why = failed("parameter_count", no_biases)
+    assert set(why) == {"base", "d_k", "sizes"} and "biases of the projections are missing" in why["base"]
+    from aiayn.model import parameter_count
+    assert "calls aiayn.model.parameter_count" in failed("parameter_count", lambda c: parameter_count(c))["base"]
+
+
 # ---- calling or copying the book's code, rewriting the checks, endless loops -------------------------------
 
 def test_calling_or_copying_the_reference_does_not_pass():
