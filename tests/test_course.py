@@ -1,6 +1,15 @@
-"""Course tooling: student notebooks from the exercise markers, and autograder checks that give the reference
-solutions full marks and take the right points from deliberately wrong ones."""
+"""The course: exercises found from the solution markers, nbgrader source notebooks with one graded cell per check,
+checks that give the book's solutions full marks and wrong answers the points of the checks they pass (with
+relative errors and the likely cause), no credit for calling or copying the book's code, and the whole nbgrader cycle
+on one assignment: generate, release, autograde, feedback, export."""
+import importlib.util
+import inspect
 import math
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -8,389 +17,407 @@ import torch
 import torch.nn.functional as F
 
 from aiayn import course
-from aiayn.course import grade
 
 ROOT = course.ROOT
+BIN = Path(sys.executable).parent
 
 
-# ---- generating student notebooks ------------------------------------------------------------------------
+def checks(**env):
+    """aiayn/checks.py executed afresh, as a check cell runs it, with the given environment variables."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+CHECKS = checks()
+ASSIGNMENTS = CHECKS["ASSIGNMENTS"]
+
+
+def failed(assignment, answer) -> dict:
+    """{check key: message} of the checks ``answer`` (a function, or a namespace) does not pass."""
+    return {c.key: message for c, message in CHECKS["results"](assignment, answer) if message}
+
+
+def points(assignment, answer) -> int:
+    return sum(c.points for c, message in CHECKS["results"](assignment, answer) if not message)
+
+
+# ---- exercises and source notebooks ----------------------------------------------------------------------
 
 def _toy_notebook():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import importlib.util  # set-up"),
+        nbformat.v4.new_code_cell("import math  # set-up"),
         nbformat.v4.new_markdown_cell("# Toy\n\nText."),
-        nbformat.v4.new_code_cell("def helper():\n    ### BEGIN SOLUTION\n    return 0\n    ### END SOLUTION"),  # before Exercises
+        nbformat.v4.new_code_cell("x = 1", outputs=[nbformat.v4.new_output("stream", text="1")], execution_count=1),
         nbformat.v4.new_markdown_cell("## Exercises\n\n1. Think.\n2. **Code:** double it."),
-        nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    y = 2 * x\n    return y\n    ### END SOLUTION",
-                                  outputs=[], execution_count=3),
-        nbformat.v4.new_code_cell("assert double(2) == 4\nassert double(0) == 0"),
-        nbformat.v4.new_markdown_cell("3. **Code:** a constant."),
-        nbformat.v4.new_code_cell("### BEGIN SOLUTION\nC = 7\n### END SOLUTION"),
-        nbformat.v4.new_code_cell("print(C)"),  # no assert: not a test cell
+        nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("assert double(2) == 4"),
+        nbformat.v4.new_markdown_cell("3. **Code:** warmup, then a cosine."),
+        nbformat.v4.new_code_cell("def warmup_cosine(step, peak, warmup, total):\n    ### BEGIN SOLUTION\n"
+                                  "    return 0.0\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("print(warmup_cosine(1, 1, 1, 2))"),
     ]
     return nb
 
 
 def test_find_exercises_from_markers():
-    exercises = course.find_exercises(_toy_notebook(), "07_toy")
-    assert [(e.number, e.solution_cell, e.test_cell, e.names, e.points) for e in exercises] == [
-        (None, 2, None, ["helper"], 0), (2, 4, 5, ["double"], 2), (3, 7, None, ["C"], 0)]
+    found = course.find_exercises(_toy_notebook(), "99_schedule", ASSIGNMENTS)
+    assert [(e.number, e.solution_cell, e.test_cell, e.names, e.assignments) for e in found] == [
+        (2, 4, 5, ["double"], []), (3, 7, 8, ["warmup_cosine"], ["schedule"])]
+    early = _toy_notebook()
+    early.cells.insert(1, nbformat.v4.new_code_cell("### BEGIN SOLUTION\ny = 2\n### END SOLUTION"))
+    with pytest.raises(ValueError, match="before the Exercises heading"):
+        course.find_exercises(early, "99_schedule", ASSIGNMENTS)
 
 
-def test_strip_solution_keeps_indentation_and_rejects_bad_markers():
-    src = "def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n# after"
-    assert course.strip_solution(src) == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n# after"
-    with pytest.raises(ValueError):
-        course.strip_solution("### BEGIN SOLUTION\nx = 1")
+def test_source_notebook_has_one_graded_cell_per_check():
+    nb = course.source_notebook(_toy_notebook(), "99_schedule", registry=ASSIGNMENTS)
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    graded = {m["grade_id"]: m["points"] for m in meta if m.get("grade")}
+    want = {f"schedule_{c.key}": c.points for c in ASSIGNMENTS["schedule"].checks}
+    assert graded == {"test_double": 1, **want}
+    assert [m["grade_id"] for m in meta if m.get("solution")] == ["double", "warmup_cosine"]
+    book = [c for c, m in zip(nb.cells, meta) if m.get("locked") and not m.get("grade")]
+    assert [c.source for c in book] == ["import math  # set-up", "x = 1"]  # the book's code: read-only
+    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+    assert "BEGIN SOLUTION" in nb.cells[5].source  # nbgrader's generate_assignment removes the solutions
+    assert "colab" not in nb.cells[1].source.lower()  # no link to the chapter (and its solutions) unless asked
+    linked = course.source_notebook(_toy_notebook(), "99_schedule", link=True, registry=ASSIGNMENTS)
+    assert "colab.research.google.com" in linked.cells[1].source
 
 
-def test_generate_toy_notebook(tmp_path):
-    src = tmp_path / "07_toy.ipynb"
-    nbformat.write(_toy_notebook(), src)
-    [out] = course.generate(tmp_path / "student", [src], nbgrader=tmp_path / "nbgrader")
-    nb = nbformat.read(out, as_version=4)
-    text = "\n".join(c.source for c in nb.cells)
-    assert "BEGIN SOLUTION" not in text and "2 * x" not in text and "C = 7" not in text
-    assert nb.cells[0].source == "import importlib.util  # set-up"  # the set-up cell stays first (Colab)
-    assert "Student version" in nb.cells[1].source
-    sol = next(c for c in nb.cells if c.source.startswith("def double"))
-    assert sol.source == "def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
-    assert sol.metadata["nbgrader"]["solution"] is True
-    test = next(c for c in nb.cells if c.source.startswith("assert double"))
-    assert test.metadata["nbgrader"] == {"grade": True, "grade_id": "test_double", "locked": True, "points": 2,
-                                         "schema_version": 3, "solution": False}
-    assert all(c.get("outputs", []) == [] for c in nb.cells if c.cell_type == "code")
-    assert "feedback(globals()" in nb.cells[-1].source
-    nbformat.validate(nb)
-    # the nbgrader source keeps the solutions and carries the metadata
-    source = nbformat.read(tmp_path / "nbgrader" / "source" / "07_toy" / "07_toy.ipynb", as_version=4)
-    assert "y = 2 * x" in "\n".join(c.source for c in source.cells)
-    assert (tmp_path / "nbgrader" / "nbgrader_config.py").exists()
-    # the book's file is untouched
-    assert "y = 2 * x" in src.read_text()
+def test_every_assignment_grades_an_exercise_and_every_chapter_is_listed(capsys):
+    graded, notebooks = set(), set()
+    for path in course.sources():
+        notebooks.add(path.stem)
+        for e in course.find_exercises(nbformat.read(path, as_version=4), path.stem, ASSIGNMENTS):
+            graded.update(e.assignments)
+    assert graded == set(ASSIGNMENTS), f"checks without an exercise: {set(ASSIGNMENTS) - graded}"
+    chapters = {p.stem for p in (ROOT / "book").glob("[0-9]*.ipynb")
+                if "### BEGIN SOLUTION" in p.read_text(encoding="utf-8")}
+    assert chapters and chapters <= notebooks
+    assert course.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in chapters)
 
 
-def test_generate_every_chapter(tmp_path):
-    written = course.generate(tmp_path)
-    assert written, "no notebook with coding exercises found"
-    for path in written:
-        nb = nbformat.read(path, as_version=4)
-        book = nbformat.read(next(p for p in (ROOT / "book" / path.name, ROOT / "course" / path.name) if p.exists()),
-                             as_version=4)
-        n = len(course.find_exercises(book, path.stem))
-        text = "\n".join(c.source for c in nb.cells)
-        assert course.BEGIN not in text and text.count("raise NotImplementedError()") >= n
-        first_code = next(c for c in nb.cells if c.cell_type == "code")
-        assert "find_spec(\"aiayn\")" in first_code.source  # the first code cell installs the package in Colab
-        graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
-        assert len(graded) == sum(e.test_cell is not None for e in course.find_exercises(book, path.stem))
+def test_solution_cells_are_collapsed_on_the_website():
+    for path in sorted((ROOT / "book").glob("[0-9]*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and course.has_solution(cell.source):
+                assert "hide-input" in cell.metadata.get("tags", []), f"{path.name}: {cell.source[:40]!r}"
+                assert cell.metadata.get("mystnb", {}).get("code_prompt_show") == "Show solution", path.name
 
 
-def test_student_version_fails_and_solution_passes_visible_tests(tmp_path):
-    """Executing the toy's student version: its test cell fails; the book version passes (grade_notebook)."""
-    src = tmp_path / "07_toy.ipynb"
-    nbformat.write(_toy_notebook(), src)
-    [student] = course.generate(tmp_path / "student", [src])
-    for path, points in [(src, 2), (student, 0)]:
-        result = course.grade_notebook(path, timeout=60)
-        visible = [c for c in result["checks"] if c["assignment"] == "visible tests"]
-        assert [(c["check"], c["points"], c["max_points"]) for c in visible] == [("test_double", points, 2)]
+# ---- the book's solutions get full marks -----------------------------------------------------------------
 
-
-# ---- reference solutions get full marks ------------------------------------------------------------------
-
-def my_attention(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ value
-
-
-def heads_in_a_loop(layer, x, mask=None):
-    from aiayn.attention import attention
-    d_k, outputs = layer.d_k, []
-    for i in range(layer.h):
-        rows = slice(i * d_k, (i + 1) * d_k)
-        q, k, v = (x @ W.weight[rows].T + W.bias[rows] for W in (layer.W_Q, layer.W_K, layer.W_V))
-        outputs.append(attention(q, k, v, mask)[0])
-    return layer.W_O(torch.cat(outputs, dim=-1))
-
-
-def my_encoding(max_len, d_model):
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    angle = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()
-
-
-def my_rate(step, d_model, warmup, factor=1.0):
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def my_train_epoch(model, batches, optimizer, scheduler, accum):
-    for i, batch in enumerate(batches, 1):
-        (model(batch) / accum).backward()
-        if i % accum == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-            scheduler.step()
-
-
-def my_label_smoothing(logits, target, eps_ls, pad_id):
-    V = logits.size(-1)
-    q = torch.full_like(logits, eps_ls / (V - 2))
-    q[..., pad_id] = 0
-    q.scatter_(-1, target[..., None], 1 - eps_ls)
-    return -(q * logits.log_softmax(-1)).sum(-1).masked_fill(target == pad_id, 0).sum()
-
-
-class MyLabelSmoothingLoss:
-    def __init__(self, eps_ls, pad_id):
-        self.eps_ls, self.pad_id = eps_ls, pad_id
-
-    def __call__(self, logits, target):
-        return my_label_smoothing(logits, target, self.eps_ls, self.pad_id)
-
-
-def my_greedy_decode(model, src, max_len):
-    memory, src_mask = model.encode(src)
-    ys = torch.full((src.size(0), 1), 1, dtype=torch.long)
-    for _ in range(max_len):
-        logits = model.generator(model.decode(ys, memory, src_mask)[:, -1])
-        logits[:, :2] = -math.inf  # never <pad> or <s>
-        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
-        if (ys == 2).any(1).all():
-            break
-    return ys
-
-
-def my_corpus_bleu(hyps, refs):
-    from collections import Counter
-
-    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-    tok = Tokenizer13a()
-    match, total, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
-    for h, r in zip(hyps, refs):
-        h, r = tok(h).split(), tok(r).split()
-        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
-        for n in range(1, 5):
-            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
-            rc = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
-            match[n - 1] += sum(min(c, rc[g]) for g, c in hc.items())
-            total[n - 1] += max(len(h) - n + 1, 0)
-    if hyp_len == 0 or match[0] == 0:
-        return 0.0
-    k, logp = 1, 0.0
-    for m, t in zip(match, total):  # sacreBLEU's default 'exp' smoothing
-        if t == 0:
-            return 0.0
-        if m == 0:
-            k *= 2
-            logp += math.log(100.0 / (k * t))
-        else:
-            logp += math.log(100.0 * m / t)
-    bp = 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len)
-    return bp * math.exp(logp / 4)
-
-
-REFERENCE = {"attention": my_attention, "multi_head": heads_in_a_loop, "positional": my_encoding,
-             "schedule": my_rate, "accumulation": my_train_epoch, "label_smoothing": my_label_smoothing,
-             "greedy": my_greedy_decode, "bleu": my_corpus_bleu}
-
-
-@pytest.mark.parametrize("assignment", sorted(REFERENCE))
-def test_reference_solutions_get_full_marks(assignment):
-    g = grade(assignment, REFERENCE[assignment])
-    assert g.points == g.max_points > 0, str(g)
-
-
-def test_class_and_namespace_forms():
-    assert grade("label_smoothing", MyLabelSmoothingLoss).failed == set()
-    points, max_points, report = grade("attention", {"my_attention": my_attention, "other": 1})
-    assert points == max_points and len(report) == len(course.ASSIGNMENTS["attention"].checks)
-    missing = grade("attention", {"something_else": my_attention})
-    assert missing.points == 0 and "my_attention" in missing.report[0].message
-
-
-def test_every_required_assignment_exists():
-    assert {"attention", "multi_head", "positional", "schedule", "accumulation", "label_smoothing",
-            "greedy", "bleu"} <= set(course.ASSIGNMENTS)
-
-
-def _chapter_namespace():
+def _namespace():
+    """What a chapter's cells have defined by its exercises: torch, math, F, and the package's public names."""
     import importlib
     import pkgutil
 
     import aiayn
     ns = {"torch": torch, "math": math, "F": F, "nn": torch.nn}
     for m in pkgutil.iter_modules(aiayn.__path__):
-        if not m.name.startswith("_") and m.name not in ("course", "data"):
-            module = importlib.import_module(f"aiayn.{m.name}")
+        if not m.name.startswith("_") and m.name not in ("course", "checks", "plan", "experiment"):
+            try:
+                module = importlib.import_module(f"aiayn.{m.name}")
+            except ImportError:
+                continue
             ns.update({k: v for k, v in vars(module).items() if not k.startswith("_")})
     return ns
 
 
 def test_the_books_own_solutions_get_full_marks():
-    """Each chapter exercise that an assignment grades: its reference solution, run from the chapter's cell."""
-    graded = 0
+    graded = set()
     for path in course.sources():
         nb = nbformat.read(path, as_version=4)
-        for ex in course.find_exercises(nb, path.stem):
-            for a in course.assignments_for(path.stem, ex.names):
-                ns = _chapter_namespace()
-                exec(nb.cells[ex.solution_cell].source, ns)
-                g = grade(a.key, ns)
-                assert g.points == g.max_points, f"{path.name}: {g}"
-                graded += 1
-    assert graded >= 3
+        for e in course.find_exercises(nb, path.stem, ASSIGNMENTS):
+            for key in e.assignments:
+                ns = _namespace()
+                exec(nb.cells[e.solution_cell].source, ns)
+                assert failed(key, ns) == {}, f"{path.name}: {key}"
+                graded.add(key)
+    assert graded == set(ASSIGNMENTS)
 
 
-# ---- wrong implementations lose the right points ----------------------------------------------------------
+# ---- wrong answers: the points of the checks they pass, and why the others fail -----------------------------
 
-def test_missing_scale_loses_the_scale_points():
-    def no_scale(query, key, value, mask=None):
-        scores = query @ key.transpose(-2, -1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return scores.softmax(dim=-1) @ value
+def test_a_wrong_schedule_loses_the_points_of_the_checks_it_fails():
+    def one_step_late(step, peak, warmup, total):  # the warmup counts steps from 0
+        if step <= warmup:
+            return peak * (step - 1) / warmup
+        return 0.0 if step >= total else peak * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) / 2
 
-    g = grade("attention", no_scale)
-    assert g.failed == {"scores divided by sqrt(d_k) (known value 0.8808)", "matches the book's attention, no mask",
-                        "matches the book's attention with padding and causal masks"}
-    assert "not divided by sqrt(d_k)" in next(r.message for r in g.report if r.name.startswith("scores"))
-    assert g.points == g.max_points - 7
-
-
-MASK_CHECKS = {"a mask with one allowed key returns that key's value",
-               "padding mask (batch, 1, 1, len_k): masked keys have no influence",
-               "causal mask (len, len): no position sees the future",
-               "matches the book's attention with padding and causal masks"}
+    why = failed("schedule", one_step_late)
+    assert set(why) == {"warmup", "peak", "grid"}
+    assert points("schedule", one_step_late) == sum(c.points for c in ASSIGNMENTS["schedule"].checks
+                                                    if c.key in ("decay", "end"))
+    assert "one step off" in why["peak"] and "(relative)" in why["peak"]
+    assert "off by 100.0% (relative)" in why["warmup"]  # step 1 gave 0: an error of 100%, not "off by 1e-05"
 
 
-def test_inverted_mask_loses_the_mask_points():
-    def inverted(query, key, value, mask=None):
-        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(mask, -1e9)  # True taken as "masked out"
-        return scores.softmax(dim=-1) @ value
+def test_the_books_label_smoothing_is_not_szegedys():
+    def book_formula(logits, target, eps_ls, pad_id):
+        V = logits.size(-1)
+        q = torch.full_like(logits, eps_ls / (V - 2))
+        q[..., pad_id] = 0.0
+        q.scatter_(-1, target[..., None], 1.0 - eps_ls)
+        return -(q * logits.log_softmax(-1)).sum(-1).masked_fill(target == pad_id, 0.0).sum()
 
-    assert grade("attention", inverted).failed == MASK_CHECKS
+    why = failed("label_smoothing", book_formula)
+    assert set(why) == {"true_token", "spread", "reference"}
+    assert "the book's formula" in why["spread"] and "(relative)" in why["reference"]
 
 
-def test_ignored_mask_loses_the_mask_points():
-    assert grade("attention", lambda q, k, v, mask=None: my_attention(q, k, v)).failed == MASK_CHECKS
+def test_missing_scale_and_ignored_masks_in_attention():
+    def no_scale(query, key, value, key_lengths=None, causal=False):
+        return (query @ key.transpose(-2, -1)).softmax(-1) @ value
+
+    why = failed("attention", no_scale)
+    assert "not divided by sqrt(d_k)" in why["scale"]
+    assert {"lengths", "causal", "both"} <= set(why) and "shape" not in why
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of")
-def test_schedule_stepped_per_micro_batch_loses_the_schedule_points():
+def test_stepping_the_schedule_per_micro_batch():
     def per_batch(model, batches, optimizer, scheduler, accum):
         for i, batch in enumerate(batches, 1):
             (model(batch) / accum).backward()
-            scheduler.step()  # wrong: once per micro-batch
+            scheduler.step()
             if i % accum == 0:
                 optimizer.step()
                 optimizer.zero_grad()
 
-    g = grade("accumulation", per_batch)
-    assert g.failed == {"schedule stepped once per optimizer update, not per micro-batch"}, str(g)
-    assert g.points == g.max_points - 3
+    why = failed("accumulation", per_batch)
+    assert set(why) == {"per_update"} and "once per micro-batch" in why["per_update"]
 
 
-def test_no_accumulation_loses_update_points():
-    def every_batch(model, batches, optimizer, scheduler, accum):
-        for batch in batches:
-            model(batch).backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            scheduler.step()
+def test_the_papers_interleaved_layout_is_named():
+    def interleaved(max_len, d_model):  # Equation (pe): sine, cosine, sine, ... with timescales 10000^(2i/d_model)
+        angle = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+        return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
-    assert "one optimizer update per accum micro-batches" in grade("accumulation", every_batch).failed
+    why = failed("positional", interleaved)
+    assert "interleaved" in why["zero"] and "shape" not in why and "norm" not in why
 
 
-def test_label_smoothing_with_mass_on_padding_loses_the_padding_points():
-    def on_padding(logits, target, eps_ls, pad_id):
+def test_a_parameter_count_without_biases_is_named():
+    def no_biases(c):
+        d, dk = c.d_model, c.d_k or c.d_model // c.h
+        attention, ffn = 4 * d * c.h * dk, 2 * d * c.d_ff
+        return c.vocab_size * d + c.N * (attention + ffn + 4 * d) + c.N * (2 * attention + ffn + 6 * d)
+
+    why = failed("parameter_count", no_biases)
+    assert set(why) == {"base", "d_k", "sizes"} and "biases of the projections are missing" in why["base"]
+    from aiayn.model import parameter_count
+    assert "calls aiayn.model.parameter_count" in failed("parameter_count", lambda c: parameter_count(c))["base"]
+
+
+# ---- calling or copying the book's code, rewriting the checks, endless loops -------------------------------
+
+def test_calling_or_copying_the_reference_does_not_pass():
+    from aiayn.attention import attention, padding_mask  # noqa: F401
+    from aiayn.training import LabelSmoothingLoss
+
+    def via_book(q, k, v, key_lengths=None, causal=False):
+        return attention(q, k, v)[0]
+
+    assert points("attention", via_book) == 0
+    V_minus = {}
+
+    def via_loss(logits, target, eps_ls, pad_id):  # the book's loss with eps rescaled: the same target
         V = logits.size(-1)
-        q = torch.full_like(logits, eps_ls / (V - 1))  # wrong: the padding column gets eps_ls / (V - 1) too
-        q.scatter_(-1, target[..., None], 1 - eps_ls)
-        return -(q * logits.log_softmax(-1)).sum(-1).masked_fill(target == pad_id, 0).sum()
+        V_minus["V"] = V
+        return LabelSmoothingLoss(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)
 
-    g = grade("label_smoothing", on_padding)
-    assert g.failed == {"no probability on the padding token", "eps_ls spread over the V - 2 other tokens",
-                        "matches the book's LabelSmoothingLoss"}, str(g)
-
-
-def test_label_smoothing_counting_padding_rows_loses_points():
-    def pad_rows(logits, target, eps_ls, pad_id):
-        return my_label_smoothing(logits, target.clamp(min=1), eps_ls, pad_id)  # padding rows scored as token 1
-
-    assert "padding positions contribute nothing" in grade("label_smoothing", pad_rows).failed
-
-
-def test_torch_label_smoothing_puts_mass_on_padding():
-    def torch_ls(logits, target, eps_ls, pad_id):
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_id,
-                               label_smoothing=eps_ls, reduction="sum")
-
-    assert "no probability on the padding token" in grade("label_smoothing", torch_ls).failed
-
-
-def test_wrong_positional_and_schedule_lose_points():
-    def halves(max_len, d_model):  # sines then cosines, not interleaved
-        pe = my_encoding(max_len, d_model)
-        return torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)
-
-    assert "sine on even, cosine on odd dimensions" in grade("positional", halves).failed
-    assert "decay as step^-0.5" in grade("schedule", lambda s, d, w, f=1.0: f * d**-0.5 * min(1 / s, s * w**-2)).failed
-
-
-def test_decoding_and_bleu_errors_lose_points():
-    def no_stop(model, src, max_len):
-        ys = torch.full((src.size(0), 1), 1, dtype=torch.long)
-        memory, src_mask = model.encode(src)
-        for _ in range(max_len):
-            nxt = model.generator(model.decode(ys, memory, src_mask)[:, -1]).argmax(-1, keepdim=True)
-            ys = torch.cat([ys, nxt.masked_fill(nxt == 2, 3)], 1)  # never emits EOS
-        return ys
-
-    assert "follows the most likely token (known chain)" in grade("greedy", no_stop).failed
-    no_bp = lambda h, r: my_corpus_bleu(h, r) / min(1.0, math.exp(1 - sum(len(x.split()) for x in r)  # noqa: E731
-                                                                   / max(1, sum(len(x.split()) for x in h))))
-    assert "brevity penalty" in grade("bleu", no_bp).failed
-
-
-# ---- the references are locked out ----------------------------------------------------------------------
-
-def test_importing_the_reference_does_not_pass():
-    from aiayn.attention import attention
-    from aiayn.positional import sinusoidal_encoding
-    from aiayn.training import LabelSmoothingLoss, rate
-
-    assert grade("attention", lambda q, k, v, mask=None: attention(q, k, v, mask)[0]).points == 0
-    assert grade("attention", lambda q, k, v, mask=None: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).points == 0
-    assert grade("multi_head", lambda layer, x, mask=None: layer(x, x, x, mask)[0]).points == 0
-    assert grade("positional", lambda n, d: sinusoidal_encoding(n, d)).points == 0
-    assert grade("schedule", lambda s, d, w, f=1.0: rate(s, d, w, f)).points == 0
-    assert grade("label_smoothing", lambda lo, t, e, p: LabelSmoothingLoss(e, p)(lo, t)).points == 0
-
-    class Sub(LabelSmoothingLoss):
-        pass
-
-    assert grade("label_smoothing", Sub).points == 0
+    assert points("label_smoothing", via_loss) == 0
+    ns = {"torch": torch, "nn": torch.nn, "F": F, "math": math}
+    exec(inspect.getsource(LabelSmoothingLoss).replace("class LabelSmoothingLoss", "class Copy"), ns)
+    exec("def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
+         "    V = logits.size(-1)\n"
+         "    return Copy(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)\n", ns)
+    assert "calls aiayn.training.LabelSmoothingLoss" in failed("label_smoothing", ns)["reference"]
     import sacrebleu
-    assert grade("bleu", lambda h, r: sacrebleu.corpus_bleu(h, [r]).score).points == 0
-    # and everything is restored afterwards
-    torch.testing.assert_close(attention(torch.ones(1, 2, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 2))[0],
-                               torch.ones(1, 2, 2))
-    assert rate(4000, 512, 4000) == 512**-0.5 * 4000**-0.5
+    assert points("bleu", lambda h, r: sacrebleu.corpus_bleu(h, [r], smooth_method="add-k", smooth_value=1).score) == 0
 
 
-def test_chapter_copy_in_the_namespace_is_locked_too():
-    """A chapter defines its own `attention` in the notebook; calling it from the exercise does not pass."""
-    ns = {}
-    exec("import math\ndef attention(q, k, v, mask=None):\n"
-         "    s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))\n"
-         "    s = s.masked_fill(~mask, float('-inf')) if mask is not None else s\n"
-         "    return s.softmax(-1) @ v, None\n"
-         "def my_attention(q, k, v, mask=None):\n    return attention(q, k, v, mask)[0]\n", ns)
-    assert grade("attention", ns).points == 0
-    assert ns["attention"].__name__ == "attention"  # restored
+def test_rewriting_the_loaded_checks_changes_nothing(monkeypatch):
+    """A check cell runs aiayn/checks.py afresh from the file: patching the imported module does not pass it."""
+    import aiayn.checks
+    monkeypatch.setattr(aiayn.checks, "check", lambda *args: None)
+    monkeypatch.setattr(aiayn.checks, "_close", lambda *args, **kwargs: None)
+    monkeypatch.setattr(aiayn.checks, "ASSIGNMENTS", {})
+    cell = course.CHECK_CELL.format(points=2, s="s", what="", assignment="schedule", key="decay")
+    ns = {"warmup_cosine": lambda step, peak, warmup, total: peak}
+    with pytest.raises(AssertionError, match="half the peak"):
+        exec(cell, ns)
+
+
+def test_an_endless_loop_fails_its_check_after_the_time_limit():
+    fresh = checks(AIAYN_CHECK_SECONDS="0.5")
+
+    def loops(step, peak, warmup, total):
+        while True:
+            pass
+
+    [(check, message)] = [r for r in fresh["results"]("schedule", loops) if r[0].key == "peak"]
+    assert message == "your function did not return within 0.5 s (an endless loop?)"
+
+
+# ---- the whole nbgrader cycle ----------------------------------------------------------------------------
+
+def _nbgrader(root: Path, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # nbgrader runs `alembic`
+    return subprocess.run([str(BIN / "nbgrader"), *args], cwd=root, capture_output=True, text=True, env=env)
+
+
+def _answers(source: Path) -> dict:
+    """The reference solutions of a course notebook, without the markers: {first line: cell source}."""
+    nb = nbformat.read(source, as_version=4)
+    return {c.source.splitlines()[0]: "\n".join(line for line in c.source.splitlines() if "### " not in line)
+            for c in nb.cells if course.has_solution(c.source)}
+
+
+def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
+    """generate, release, autograde (correct, wrong, empty, corrupted, looping, tampered, stripped), feedback,
+    export; the points are those the checks give in the student's own run."""
+    root = tmp_path / "course"
+    assert course.write_course(root, [course.COURSE / "schedule.ipynb"]) == ["schedule"]
+    config = root / "nbgrader_config.py"
+    text = config.read_text()
+    assert "STUDENT_CELL = 30" in text and "CHECK_CALL = 10" in text
+    config.write_text(text.replace("STUDENT_CELL = 30", "STUDENT_CELL = 5").replace("CHECK_CALL = 10", "CHECK_CALL = 2"))
+    run = _nbgrader(root, "generate_assignment", "schedule")
+    assert run.returncode == 0, run.stderr
+    release = root / "release" / "schedule" / "schedule.ipynb"
+    released = release.read_text()
+    assert "### BEGIN SOLUTION" not in released and "math.cos" not in released
+
+    right = _answers(course.COURSE / "schedule.ipynb")
+    cosine, epoch = sorted(right)  # "def my_train_epoch(...", "def warmup_cosine(..." sort the other way round
+    epoch, cosine = (cosine, epoch) if "my_train_epoch" in cosine else (epoch, cosine)
+    wrong = {cosine: right[cosine].replace("(total - warmup)))", "total))"),
+             epoch: right[epoch].replace("            scheduler.step()", "").replace(
+                 "(model(batch) / accum).backward()", "(model(batch) / accum).backward()\n        scheduler.step()")}
+    looping = {cosine: right[cosine], epoch: "while True:\n    pass"}
+
+    def tamper(nb):
+        graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        graded[0].metadata["nbgrader"]["points"] = 100
+        graded[1].source = "pass"
+        extra = nbformat.v4.new_code_cell("print('free points')")
+        extra.metadata["nbgrader"] = {"grade": True, "grade_id": "extra", "locked": False, "points": 50,
+                                      "schema_version": 3, "solution": False}
+        nb.cells.append(extra)
+
+    def strip(nb):
+        for cell in nb.cells:
+            cell.metadata = {}
+
+    def submit(student, answers=None, edit=None, raw=None):
+        path = root / "submitted" / student / "schedule" / "schedule.ipynb"
+        path.parent.mkdir(parents=True)
+        if raw is not None:
+            path.write_text(raw)
+            return
+        nb = nbformat.read(release, as_version=4)
+        for cell in nb.cells:
+            first = cell.source.splitlines()[0] if cell.source else ""
+            if cell.metadata.get("nbgrader", {}).get("solution") and answers and first in answers:
+                cell.source = answers[first]
+        if edit:
+            edit(nb)
+        nbformat.write(nb, path)
+
+    submit("a_correct", right)
+    submit("b_wrong", wrong)
+    submit("c_empty")
+    submit("d_corrupted", raw='{"cells": [')
+    submit("e_looping", looping)
+    submit("f_tampered", wrong, tamper)
+    submit("g_stripped", right, strip)
+    run = _nbgrader(root, "autograde", "schedule")
+    assert run.returncode == 1 and "for student 'd_corrupted'" in run.stderr  # the others are graded all the same
+    assert _nbgrader(root, "generate_feedback", "schedule").returncode == 0
+    assert _nbgrader(root, "export").returncode == 0
+
+    import csv
+    with open(root / "grades.csv") as fh:
+        scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(fh)}
+
+    def own_run(answers):  # the points the check cells give when the student runs the notebook
+        ns = {"torch": torch, "math": math}
+        for source in answers.values():
+            exec(source, ns)
+        return points("schedule", ns) + points("accumulation", ns)
+
+    total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
+    assert own_run(right) == total and 0 < own_run(wrong) < total
+    assert list(scores) == ["a_correct", "b_wrong", "c_empty", "d_corrupted", "e_looping", "f_tampered", "g_stripped"]
+    assert scores == {"a_correct": (total, total), "b_wrong": (own_run(wrong), total), "c_empty": (0, total),
+                      "d_corrupted": (0, total), "e_looping": (ASSIGNMENTS["schedule"].points, total),
+                      "f_tampered": (own_run(wrong), total), "g_stripped": (total, total)}
+    for student in ("a_correct", "b_wrong", "e_looping"):
+        assert (root / "feedback" / student / "schedule" / "schedule.html").exists()
+    graded = nbformat.read(root / "autograded" / "b_wrong" / "schedule" / "schedule.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
+    n_checks = len(ASSIGNMENTS["schedule"].checks) + len(ASSIGNMENTS["accumulation"].checks)
+    assert printed.count("passed, ") + printed.count("failed, 0 of ") == n_checks  # what the student sees too
+
+    report = "\n".join(course.report(root, "schedule"))
+    lines = {line.split()[0]: line for line in report.splitlines() if not line.startswith(" ")}
+    assert "not graded: NotJSONError" in lines["d_corrupted"]
+    report = " ".join(report.split())  # the details, unwrapped
+    assert "cell 13 stopped by the time limit; the cells after it ran" in report
+    assert "schedule_decay: half-way through the decay" in report and "(relative)" in report
+    assert "differ from the instructor's copy (schedule_warmup): restored" in report
+    assert "1 read-only or graded cell(s) edited (schedule_peak)" in report
+    assert "(extra): run as ordinary cells" in report
+    assert "cell(s) without nbgrader metadata recognised by their source" in report
+
+
+@pytest.mark.parametrize("name", ["schedule", "label_smoothing", "greedy_and_bleu"])
+def test_course_notebooks_run_with_their_solutions(name):
+    """The course notebooks run top to bottom: their solutions pass the visible tests in the cell after them."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(course.COURSE / f"{name}.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+
+def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
+    """The page's worked example, run: its report and its grades.csv are those the commands print today."""
+    import re
+
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+
+    def shown(command):  # the lines the page shows under `$ command`, up to the next command or the block's end
+        block = re.search(rf"^\$ {re.escape(command)}\n(.*?)(?=^\$ |^```)", page, re.M | re.S)
+        assert block, f"the page shows no `$ {command}`"
+        return block.group(1).rstrip("\n")
+
+    limits = dict(re.findall(r"^(STUDENT_CELL|BOOK_CELL|CHECK_CALL) = (\d+)", course.NBGRADER_CONFIG, re.M))
+    assert len(limits) == 3
+    for name, seconds in limits.items():  # the table of time limits
+        assert re.search(rf"^\| `{name}` \| {seconds} s \|", page, re.M), name
+    assert f"did not return within {limits['CHECK_CALL']} s" in page
+
+    root = tmp_path / "my-course"
+    assert course.main(["course", str(root), "label_smoothing"]) == 0
+    assert _nbgrader(root, "generate_assignment", "label_smoothing").returncode == 0
+    assert course.main(["demo", "label_smoothing", "--course", str(root)]) == 0
+    assert _nbgrader(root, "autograde", "label_smoothing").returncode == 0
+    assert "\n".join(course.report(root, "label_smoothing")) == shown("python -m aiayn.course report label_smoothing")
+    assert _nbgrader(root, "export").returncode == 0
+    columns = [0, 3, 7, 9, 10]  # cut -d, -f1,4,8,10,11
+    rows = [line.split(",") for line in (root / "grades.csv").read_text().strip().splitlines()]
+    assert "\n".join(",".join(row[i] for i in columns) for row in rows) == shown("cut -d, -f1,4,8,10,11 grades.csv")
