@@ -7,7 +7,7 @@ Batches: one epoch of Multi30k's training pairs (encoded cache, BPE 8,000), buil
 (`token_batches` + `collate` every epoch) and with `EpochBatches` (padded once, then only reordered), best of
 --repeats epochs each. Loop: `aiayn.training.train` against a bare loop (forward, label-smoothed loss, backward,
 the same fused Adam and schedule) on the same batches and a small model, so that any bookkeeping of the loop shows
-up in the ratio. The two loops alternate --rounds times and the best round of each counts.
+up in the ratio. After a warm-up round the two loops alternate --rounds times; the best round of each counts.
 """
 import argparse
 import time
@@ -74,7 +74,7 @@ def loop_cost(batches, config: dict, updates: int, rounds: int, device) -> dict:
         bare_loop(model, batches, updates, 100)
 
     times = {"book": [], "bare": []}
-    for _ in range(rounds):
+    for round_ in range(rounds + 1):  # round 0 warms up (allocator, kernels) and is not counted
         for name, run in (("book", book), ("bare", bare)):
             torch.manual_seed(0)
             model = make_model(**config).to(device)
@@ -84,7 +84,8 @@ def loop_cost(batches, config: dict, updates: int, rounds: int, device) -> dict:
             run(model)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
+            if round_ > 0:
+                times[name].append(time.perf_counter() - start)
     best = {name: min(t) for name, t in times.items()}
     return {"updates": updates, "rounds": rounds, "model": config,
             "book_ms_per_update": best["book"] / updates * 1e3, "bare_ms_per_update": best["bare"] / updates * 1e3,
