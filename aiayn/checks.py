@@ -459,7 +459,6 @@ def _subsequent_mask_checks():
 
 def _multi_head(layer, x, mask=None):
     """Reference from the layer's weights: project, split into heads, attend, concatenate, W^O."""
-    torch = _torch()
     B, L, _ = x.shape
     h, d_k = layer.h, layer.d_k
     q, k, v = ((x @ W.weight.T + W.bias).view(B, L, h, d_k).transpose(1, 2) for W in (layer.W_Q, layer.W_K, layer.W_V))

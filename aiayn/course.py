@@ -141,13 +141,13 @@ def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0)
 
 
 def _header(notebook: str, link: bool) -> str:
-    text = (f"**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
-            f"`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
-            f"cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
-            f"each earns its points when it runs without an error, and when it does not, its message says what is "
-            f"wrong. The book's own cells are read-only: the grader runs them as they are here. "
-            f"A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
-            f"kernel and run the whole notebook.")
+    text = ("**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
+            "`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
+            "cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
+            "each earns its points when it runs without an error, and when it does not, its message says what is "
+            "wrong. The book's own cells are read-only: the grader runs them as they are here. "
+            "A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
+            "kernel and run the whole notebook.")
     if link:
         folder = "course" if (COURSE / f"{notebook}.ipynb").exists() else "book"
         text += (f" The book's chapter is [here](https://colab.research.google.com/github/{REPO}/blob/main/"

@@ -1,9 +1,7 @@
 # Generated from book/07_model.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-import copy
 from dataclasses import dataclass, replace
 
-import torch
 from torch import nn
 
 from aiayn.attention import padding_mask, subsequent_mask
