@@ -8,7 +8,7 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan show [--profile gpu]          # every stage's commands
     python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3, the recipe
     python -m aiayn.plan run final --out DIR           # both directions and the floor, with the recipe; pretrained files
-    python -m aiayn.plan run speed --out DIR           # training, decoding and layer benchmarks, the fp16 path
+    python -m aiayn.plan run speed --out DIR           # the benchmarks, the fp16 path (again: what did not fit)
     python -m aiayn.plan rehearse --out DIR            # all of it, tiny, on the CPU; then the chapters
     python -m aiayn.plan pack DIR --into OUT           # DIR as tar.gz parts of at most 15 MB (what a GPU call returns)
     python -m aiayn.plan install PARTS_OR_DIR          # a GPU run's results into results/ and pretrained/
@@ -223,10 +223,28 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
     return codes
 
 
-def speed(profile: dict, out: Path) -> dict[str, int]:
-    """The benchmark scripts, one after the other (each owns the device while it measures)."""
-    return {Path(cmd[0]).stem + f"#{i}": _python([c.format(out=out) for c in cmd], out / "logs" / f"speed{i}.log")
-            for i, cmd in enumerate(profile["speed"])}
+SPEED_BUDGET_S = 450  # a benchmark is not started after this many seconds of the stage: one call lasts 10 minutes
+
+
+def speed(profile: dict, out: Path, budget_s: float = SPEED_BUDGET_S) -> dict[str, int]:
+    """The benchmark scripts, one after the other (each owns the device while it measures).
+
+    A benchmark whose report exists is skipped, and none starts after `budget_s` seconds: calling the stage again
+    (same --out) runs what is left.
+    """
+    started, codes = time.perf_counter(), {}
+    for i, cmd in enumerate(profile["speed"]):
+        name, argv = Path(cmd[0]).stem + f"#{i}", [c.format(out=out) for c in cmd]
+        report = Path(argv[argv.index("--out") + 1])
+        if report.is_file():
+            print(f"done before: {report}", flush=True)
+        elif time.perf_counter() - started > budget_s:
+            print(f"not started ({budget_s:.0f} s of the stage used): python {' '.join(argv)}; call the stage "
+                  f"again with the same --out to run it", flush=True)
+            codes[name] = 3
+        else:
+            codes[name] = _python(argv, out / "logs" / f"speed{i}.log")
+    return codes
 
 
 def execute_chapters(results: Path, into: Path, chapters=("12_results", "13_variations")) -> dict[str, str]:

@@ -124,3 +124,15 @@ def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
                             ["--set", "d_model=32", "P_drop=0.1", "--max-tokens", "2000", "--warmup", "10"])
     assert argv == ["--set", "d_model=32", "P_drop=0.4", "--max-tokens", "4000", "--warmup", "10", "--factor", "2.5"]
     assert plan.recipe_argv(None, ["--warmup", "10"]) == ["--warmup", "10"]
+
+
+def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):
+    script = tmp_path / "bench.py"
+    script.write_text("import sys, pathlib, time\ntime.sleep(0.05)\npathlib.Path(sys.argv[2]).write_text('{}')\n")
+    profile = {"speed": [[str(script), "--out", "{out}/a.json"], [str(script), "--out", "{out}/b.json"]]}
+    out = tmp_path / "speed"
+    assert plan.speed(profile, out, budget_s=0.02) == {"bench#0": 0, "bench#1": 3}
+    assert (out / "a.json").is_file() and not (out / "b.json").exists()
+    assert "call the stage again with the same --out" in capsys.readouterr().out
+    assert plan.speed(profile, out, budget_s=0.02) == {"bench#1": 0}  # a.json is done: skipped
+    assert (out / "b.json").is_file() and "done before" in capsys.readouterr().out
