@@ -16,15 +16,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def execute(path: Path, timeout: int = 1800) -> float:
+def execute(path: Path, timeout: int = 1800, into: Path | None = None) -> float:
+    """Run a notebook in a fresh kernel (from its folder) and write it back, or to `into`; the seconds it took.
+
+    On an error the notebook in place is left as it was; a copy written `into` keeps the cells run so far."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    nbformat.write(nb, path)
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if into is not None:
+            Path(into).parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, into)
+    if into is None:
+        nbformat.write(nb, path)
     return time.perf_counter() - start
 
 

@@ -53,7 +53,7 @@ def encoded_path(bpe_size: int, cache: Path | None = None) -> Path:
 
 
 def _write(path: Path, payload: bytes) -> None:
-    data._write_atomic(path, payload)  # a temporary file renamed over the target: never half written
+    data.write_atomic(path, payload)
 
 
 def _build_words(cache: Path | None) -> dict:

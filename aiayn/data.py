@@ -62,36 +62,44 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _download(name: str, dest: Path, urls, retries: int, timeout: float) -> None:
+def download(urls, sha256_hex: str, dest: Path, retries: int = 3, timeout: float = 30.0) -> list[str]:
+    """Write to `dest` (atomically) the bytes of the first address in `urls` whose SHA256 is `sha256_hex`, trying
+    each address up to `retries` times with a growing pause. Returns [] on success, else why each address failed."""
     errors = []
-    for template in urls:
-        url = template.format(name=name)
+    for url in urls:
         for attempt in range(1, retries + 1):
             try:
                 with urllib.request.urlopen(url, timeout=timeout) as response:
-                    data = response.read()
-                if hashlib.sha256(data).hexdigest() == SHA256[name]:
-                    _write_atomic(dest, data)
-                    return
-                errors.append(f"{url}: checksum mismatch")
+                    payload = response.read()
+                if hashlib.sha256(payload).hexdigest() == sha256_hex:
+                    write_atomic(dest, payload)
+                    return []
+                errors.append(f"{url}: checksum mismatch (the SHA256 is not the expected {sha256_hex[:12]}…)")
                 break  # the same URL would return the same wrong bytes
             except OSError as err:
                 if attempt == retries:
                     errors.append(f"{url}: {err} ({retries} attempts)")
                 else:
                     time.sleep(min(2**attempt, 8))
-    raise DataError(
-        f"could not download Multi30k file {name!r}:\n  " + "\n  ".join(errors) + "\n"
-        f"If this machine is offline, copy the Multi30k task-1 .gz files into {dest.parent} "
-        f"(or run `python -m aiayn.data prime DIR` with a folder that holds them), "
-        f"or set AIAYN_DATA to such a folder."
-    )
+    return errors
 
 
-def _write_atomic(dest: Path, data: bytes) -> None:
+def _download(name: str, dest: Path, urls, retries: int, timeout: float) -> None:
+    errors = download([template.format(name=name) for template in urls], SHA256[name], dest, retries, timeout)
+    if errors:
+        raise DataError(
+            f"could not download Multi30k file {name!r}:\n  " + "\n  ".join(errors) + "\n"
+            f"If this machine is offline, copy the Multi30k task-1 .gz files into {dest.parent} "
+            f"(or run `python -m aiayn.data prime DIR` with a folder that holds them), "
+            f"or set AIAYN_DATA to such a folder."
+        )
+
+
+def write_atomic(dest: Path, payload: bytes) -> None:
+    """Write through a temporary file in the same folder, renamed over `dest`: never half written."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False, suffix=".part") as tmp:
-        tmp.write(data)
+        tmp.write(payload)
     os.replace(tmp.name, dest)
 
 

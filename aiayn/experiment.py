@@ -212,9 +212,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    data.write_atomic(path, text.encode("utf-8"))
 
 
 def _start_processes() -> torch.device:

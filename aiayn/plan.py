@@ -249,8 +249,7 @@ def speed(profile: dict, out: Path, budget_s: float = SPEED_BUDGET_S) -> dict[st
 
 def execute_chapters(results: Path, into: Path, chapters=("12_results", "13_variations")) -> dict[str, str]:
     """Run the results chapters on the results in `results` (AIAYN_RESULTS); each executed notebook goes to `into`."""
-    import nbformat
-    from nbclient import NotebookClient
+    from aiayn._book import execute
 
     status = {}
     env_before = {k: os.environ.get(k) for k in ("AIAYN_RESULTS", "AIAYN_PRETRAINED_REGISTRY")}
@@ -263,16 +262,12 @@ def execute_chapters(results: Path, into: Path, chapters=("12_results", "13_vari
             path = ROOT / "book" / f"{name}.ipynb"
             if not path.is_file():
                 continue
-            nb = nbformat.read(path, as_version=4)
             start = time.perf_counter()
             try:
-                NotebookClient(nb, timeout=900, kernel_name="python3",
-                               resources={"metadata": {"path": str(path.parent)}}).execute()
+                execute(path, timeout=900, into=into / f"{name}.ipynb")
                 status[name] = "ok"
             except Exception as err:  # noqa: BLE001  reported, and the notebook with its error is kept
                 status[name] = f"{type(err).__name__}: {str(err)[-2000:]}"
-            into.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, into / f"{name}.ipynb")
             print(f"{name}: {status[name][:200]} in {time.perf_counter() - start:.0f} s", flush=True)
     finally:
         for key, value in env_before.items():

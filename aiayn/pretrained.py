@@ -16,18 +16,16 @@ is in neither (as in Colab). Every file is checked against its SHA256 before it 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from aiayn import data
 from aiayn.decoding import translate as _translate
 from aiayn.floor import build
 from aiayn.model import TransformerConfig
@@ -54,36 +52,14 @@ def registry(path: Path = REGISTRY) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _download(file: str, sha256: str, dest: Path, urls, retries: int, timeout: float) -> Path:
-    errors = []
-    for template in urls:
-        url = template.format(file=file)
-        for attempt in range(1, retries + 1):
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    payload = response.read()
-            except OSError as err:
-                if attempt == retries:
-                    errors.append(f"{url}: {err} ({retries} attempts)")
-                else:
-                    time.sleep(min(2**attempt, 8))
-                continue
-            if hashlib.sha256(payload).hexdigest() != sha256:
-                errors.append(f"{url}: the file's SHA256 is not the expected {sha256[:12]}…")
-                break  # the same address would give the same wrong bytes
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-            tmp.write_bytes(payload)
-            os.replace(tmp, dest)
-            return dest
-    raise PretrainedError(f"could not download the model file {file}:\n  " + "\n  ".join(errors) + "\n"
-                          f"Without network access: download it on another machine from "
-                          f"{urls[0].format(file=file)} and copy it to {dest} (or set AIAYN_PRETRAINED to the folder "
-                          f"that holds it)")
+    errors = data.download([template.format(file=file) for template in urls], sha256, dest, retries, timeout)
+    if errors:
+        raise PretrainedError(f"could not download the model file {file}:\n  " + "\n  ".join(errors) + "\n"
+                              f"Without network access: download it on another machine from "
+                              f"{urls[0].format(file=file)} and copy it to {dest} (or set AIAYN_PRETRAINED to the "
+                              f"folder that holds it)")
+    return dest
 
 
 def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cache: Path | None = None,
@@ -100,7 +76,7 @@ def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cac
     cache = Path(cache or cache_dir())
     for candidate in (Path(folder) / entry["file"], Path(registry_path).parent / entry["file"], cache / entry["file"]):
         if candidate.is_file():
-            if _sha256(candidate) == entry["sha256"]:
+            if data.sha256(candidate) == entry["sha256"]:
                 return candidate
             print(f"{candidate} does not match its SHA256 (an interrupted download, or an older file); "
                   f"fetching it again", file=sys.stderr)
@@ -170,7 +146,7 @@ def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: P
     path = Path(folder) / f"{name}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buffer.getvalue())
-    entry = {"file": path.name, "sha256": _sha256(path), "bytes": path.stat().st_size, **summary}
+    entry = {"file": path.name, "sha256": data.sha256(path), "bytes": path.stat().st_size, **summary}
     known = registry(registry_path)
     known[name] = entry
     Path(registry_path).write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

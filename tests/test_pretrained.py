@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from aiayn import pretrained
+from aiayn import data, pretrained
 from aiayn.decoding import translate
 from aiayn.model import TransformerConfig, make_model
 from aiayn.tokenization import Tokenizer
@@ -119,7 +119,7 @@ def test_the_book_ships_what_its_registry_lists(capsys):
     for name, entry in known.items():
         path = pretrained.FOLDER / entry["file"]
         assert path.is_file(), f"{name}: {path} is listed in aiayn/pretrained.json but missing"
-        assert pretrained._sha256(path) == entry["sha256"], f"{name}: {path} does not match its SHA256"
+        assert data.sha256(path) == entry["sha256"], f"{name}: {path} does not match its SHA256"
     assert pretrained.main(["list"]) == 0
     out = capsys.readouterr().out
     assert ("no trained model is shipped" in out) == (not known)
