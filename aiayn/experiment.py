@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU
 
-from aiayn import bleu, corpus, data
+from aiayn import bleu, corpus, data, health
 from aiayn.batching import EpochBatches
 from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
 from aiayn.floor import build
@@ -117,6 +117,16 @@ def attention_maps(model, tokenizer, examples) -> dict:
     return out
 
 
+def run_checks(model, val_batches, val: dict, hypotheses: dict[str, list[str]]) -> dict:
+    """The signs of a failed run (aiayn.health): how alike each split's outputs are, what the source is worth on
+    validation, and the validation perplexity; ``warnings`` lists the ones that fail."""
+    spread = {split: health.output_spread(hyps) for split, hyps in hypotheses.items()}
+    gain = health.source_gain(model, val_batches)
+    warnings = [w for split, s in spread.items() for w in health.warnings(spread=s, split=split)]
+    warnings += health.warnings(gain=gain, val_ppl=val["ppl"])
+    return {"outputs": spread, "source": gain, "warnings": warnings}
+
+
 def model_overrides(pairs: list[str]) -> dict:
     """--set FIELD=VALUE pairs as TransformerConfig fields (vocab_size comes from --bpe-size)."""
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
@@ -135,27 +145,44 @@ def model_overrides(pairs: list[str]) -> dict:
     return out
 
 
+# The settings a recipe may choose, and their values without one (the GPU-scale defaults of §5.3).
+DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epochs"], "warmup": MULTI30K_TRAIN["warmup"],
+            "factor": MULTI30K_TRAIN["factor"], "clip_norm": None, "average_last": 10}
+# Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
+# search). Options given on the command line override the recipe's.
+RECIPES = {
+    "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
+            "epochs": 10, "warmup": 400, "factor": 0.2, "clip_norm": 1.0, "average_last": 5},
+}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m aiayn.experiment", description="Train on Multi30k, average the last "
                                 "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.")
     p.add_argument("--direction", choices=("en-de", "de-en"), required=True)
     p.add_argument("--out", required=True, help="results folder (metrics, hypotheses, curves, attention; no checkpoints)")
+    p.add_argument("--recipe", choices=sorted(RECIPES), default=None,
+                   help="a named set of the settings below (cpu: about 30 minutes on 2 CPU cores); options given "
+                        "here override it")
     p.add_argument("--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>")
     p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="TransformerConfig fields, e.g. N=6")
     p.add_argument("--layers", choices=LAYERS, default="aiayn",
                    help="the book's layers, or PyTorch's nn.Transformer layers (the floor)")
-    p.add_argument("--bpe-size", type=int, default=8000, help="joint BPE vocabulary (sets vocab_size)")
-    p.add_argument("--max-tokens", type=int, default=8000, help="token budget of one batch (per process)")
+    d = DEFAULTS
+    p.add_argument("--bpe-size", type=int, help=f"joint BPE vocabulary (sets vocab_size; default {d['bpe_size']})")
+    p.add_argument("--max-tokens", type=int,
+                   help=f"token budget of one batch, per process (default {d['max_tokens']})")
     p.add_argument("--pad-multiple", type=int, default=1, help="round batch lengths up to a multiple (8 for --compile)")
-    p.add_argument("--epochs", type=int, default=MULTI30K_TRAIN["epochs"])
+    p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
     p.add_argument("--max-updates", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=MULTI30K_TRAIN["warmup"])
-    p.add_argument("--factor", type=float, default=MULTI30K_TRAIN["factor"], help="multiplies Equation (3)")
+    p.add_argument("--warmup", type=int, help=f"default {d['warmup']}")
+    p.add_argument("--factor", type=float, help=f"multiplies Equation (3) (default {d['factor']})")
     p.add_argument("--eps-ls", type=float, default=None, help="label smoothing (default: the model config's, 0.1)")
     p.add_argument("--accum", type=int, default=1)
-    p.add_argument("--clip-norm", type=float, default=None)
-    p.add_argument("--average-last", type=int, default=10, help="average this many of the last checkpoints")
+    p.add_argument("--clip-norm", type=float, help="clip the gradient norm (default: no clipping)")
+    p.add_argument("--average-last", type=int,
+                   help=f"average this many of the last checkpoints (default {d['average_last']})")
     p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for the whole command; training stops when only --eval-reserve is left")
@@ -167,7 +194,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-output", type=int, default=None,
                    help="most output tokens per sentence (default: input length + 50, as in §6.1)")
     p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below, fp32 on a CPU")
+                   help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
+                        "bf16 with AMX, else fp32")
     p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
     p.add_argument("--seed", type=int, default=0)
@@ -177,7 +205,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parser().parse_args(argv)
+    """The options, with those left out taken from --recipe, then from DEFAULTS."""
+    args = parser().parse_args(argv)
+    recipe = RECIPES.get(args.recipe, {})
+    for name, default in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, recipe.get(name, default))
+    given = {pair.partition("=")[0] for pair in args.set}
+    args.set = [f"{k}={v}" for k, v in recipe.get("set", {}).items() if k not in given] + list(args.set)
+    return args
 
 
 def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
@@ -355,6 +391,10 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         print(f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
               f"{scores[split]['tok_lc']['score']:.2f}  ({decode_s[split]:.1f} s)", flush=True)
     phases["decode_and_score"] = time.perf_counter() - tick
+    checks = run_checks(model, val_data, val, {split: [tokenizer.decode(h) for h in ids]
+                                               for split, ids in outputs.items()})
+    for warning in checks["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
     tick = time.perf_counter()
     if args.layers == "aiayn":  # PyTorch's layers do not hand out their weights the same way
@@ -370,14 +410,14 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     phases["total"] = time.perf_counter() - started
 
     metrics = {
-        "direction": args.direction, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
+        "direction": args.direction, "recipe": args.recipe, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
         "bleu": scores, "val": val, "parameters": count_parameters(model), "updates": last["step"],
         "epochs": last["epoch"], "stopped_by": stopped_by, "processes": size,
         "train_target_tokens_per_s": None if args.eval_only else (last.get("tokens", 0) - tokens_before) / train_s,
         "averaged_checkpoints": [p.name for p in paths],
         "decoding": {"beam_size": BEAM, "alpha": ALPHA, "batch": args.decode_batch,
                      "max_output": "input length + 50" if args.max_output is None else args.max_output},
-        "reference_check": reference_check,
+        "reference_check": reference_check, "checks": checks, "warnings": checks["warnings"],
         "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
         "precision": choose_precision(device, args.precision),
         "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple,
@@ -386,7 +426,9 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
                        "wall_s": phases, "time_budget_s": args.time_budget},
     }
     _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
-    print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all", flush=True)
+    print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all"
+          + (f"; {len(checks['warnings'])} WARNING(S) above: this run failed" if checks["warnings"] else ""),
+          flush=True)
     return metrics
 
 

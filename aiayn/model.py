@@ -221,10 +221,15 @@ class Transformer(nn.Module):
 
 
 def _init_weights(model: nn.Module) -> None:
-    """Xavier-uniform for every matrix (as tensor2tensor and The Annotated
-    Transformer); biases zero."""
+    """Embedding tables N(0, 1/d_model) (tensor2tensor), W^Q, W^K, W^V
+    Xavier-uniform with gain 1/sqrt(2) (fairseq), every other matrix
+    Xavier-uniform; biases zero."""
     for name, p in model.named_parameters():
-        if p.dim() > 1 and not name.endswith("pe"):
+        if name.endswith("lut.weight"):  # the (shared) embedding table
+            nn.init.normal_(p, 0.0, p.size(-1) ** -0.5)
+        elif name.endswith(("W_Q.weight", "W_K.weight", "W_V.weight")):
+            nn.init.xavier_uniform_(p, gain=2**-0.5)
+        elif p.dim() > 1 and not name.endswith("pe"):
             nn.init.xavier_uniform_(p)
         elif name.endswith("bias"):
             nn.init.zeros_(p)

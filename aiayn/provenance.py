@@ -1,4 +1,5 @@
-"""Where and how a result was made, recorded beside every stored GPU result (results/README.md lists the fields)."""
+"""Where and how a result was made, recorded beside every stored result, CPU or GPU (results/README.md lists the
+fields)."""
 from __future__ import annotations
 
 import datetime
@@ -12,6 +13,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def cpu_name() -> str:
+    """The CPU's model name as the operating system reports it (Linux: /proc/cpuinfo), else platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_features() -> list[str]:
+    """The CPU features that decide the precision of CPU training: AVX2, AVX-512, AVX512-BF16 and AMX."""
+    checks = {"avx2": "_is_avx2_supported", "avx512": "_is_avx512_supported",
+              "avx512_bf16": "_is_avx512_bf16_supported", "amx": "_is_amx_tile_supported"}
+    return [name for name, fn in checks.items() if getattr(torch.cpu, fn, lambda: False)()]
+
+
 def provenance(command: str, device: torch.device) -> dict:
     """Device, versions, git commit (with a dirty flag), date, command line, and how many runs shared the device
     (AIAYN_CONCURRENT_RUNS, set by whoever starts several at once)."""
@@ -20,7 +39,9 @@ def provenance(command: str, device: torch.device) -> dict:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
-    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    cpu = {"cpu": cpu_name(), "cpu_cores": os.cpu_count(), "cpu_features": cpu_features()}
+    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu['cpu']}",
+            **cpu, "threads": torch.get_num_threads(),
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
             "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or os.environ.get("AIAYN_GIT_COMMIT"),
             "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),  # a copy without .git: the

@@ -399,6 +399,13 @@ def _nonfinite(since: int, step: int, epoch: int,
     )
 
 
+def _eta(epoch_s: float, epochs_left: int) -> str:
+    """The time the remaining epochs take at the last epoch's pace."""
+    left = epoch_s * epochs_left
+    return (f"{left / 60:.0f} min left" if left >= 90 else
+            f"{left:.0f} s left")
+
+
 def train(
     model: nn.Module,
     train_batches: Batches,
@@ -574,8 +581,12 @@ def train(
             break
         progress["epoch"] += 1
         progress["batch"] = 0
-        line = (f"epoch {progress['epoch']}: updates {progress['step']}, "
-                f"train loss {history['loss'][-1]:.3f}")
+        epoch_s = time.perf_counter() - t0
+        line = (f"epoch {progress['epoch']}/{cfg.epochs}: updates "
+                f"{progress['step']}, train loss {history['loss'][-1]:.3f}"
+                f", {epoch_s:.0f} s")
+        if progress["epoch"] < cfg.epochs:  # a watcher wants the ETA
+            line += f" (about {_eta(epoch_s, cfg.epochs - progress['epoch'])})"
         if val_batches is not None:
             val = evaluate(model, val_batches, loss_fn, device, precision)
             history["val_loss"].append(val["loss"])

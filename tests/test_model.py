@@ -116,15 +116,21 @@ def test_shapes_and_generator_tied():
     assert model.generator.weight is model.src_embed.lut.weight is model.tgt_embed.lut.weight
 
 
-def test_initialisation_xavier_matrices_zero_biases():
-    model = small_model()
+def test_initialisation_tensor2tensor():
+    """The shared table N(0, 1/d_model), W^Q/W^K/W^V Xavier with gain 1/sqrt(2), every other matrix Xavier,
+    biases zero, LayerNorm gains one."""
+    torch.manual_seed(0)
+    model = make_model(TransformerConfig(vocab_size=4000, N=1, d_model=64, d_ff=128, h=4))
+    table = model.src_embed.lut.weight
+    assert table.std().item() == pytest.approx(64 ** -0.5, rel=0.02) and abs(table.mean().item()) < 0.005
     for name, p in model.named_parameters():
         if name.endswith("bias"):
             assert torch.equal(p, torch.zeros_like(p)), name
-        elif p.dim() == 2:
-            bound = math.sqrt(6 / sum(p.shape))
-            assert p.abs().max() <= bound, name
-        else:
+        elif p.dim() == 2 and p is not table:
+            bound = math.sqrt(6 / sum(p.shape)) / (math.sqrt(2) if name.endswith(("Q.weight", "K.weight", "V.weight"))
+                                                   else 1)
+            assert 0.9 * bound < p.abs().max() <= bound, name
+        elif p is not table:
             assert torch.equal(p, torch.ones_like(p)), name  # LayerNorm gains
 
 
