@@ -30,7 +30,7 @@ from aiayn.batching import EpochBatches
 from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
 from aiayn.floor import build
 from aiayn.model import PRESETS, TransformerConfig, count_parameters
-from aiayn.provenance import ROOT, provenance
+from aiayn.provenance import ROOT, cpu_name, provenance
 from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
                             choose_precision, evaluate, read_checkpoint, train, world)
 
@@ -147,12 +147,14 @@ def model_overrides(pairs: list[str]) -> dict:
 
 # The settings a recipe may choose, and their values without one (the GPU-scale defaults of §5.3).
 DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epochs"], "warmup": MULTI30K_TRAIN["warmup"],
-            "factor": MULTI30K_TRAIN["factor"], "clip_norm": None, "average_last": 10}
+            "factor": MULTI30K_TRAIN["factor"], "clip_norm": None, "average_last": 10, "time_budget": None,
+            "eval_reserve": 90.0}
 # Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
 # search). Options given on the command line override the recipe's.
 RECIPES = {
     "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
-            "epochs": 10, "warmup": 400, "factor": 0.2, "clip_norm": 1.0, "average_last": 5},
+            "epochs": 12, "warmup": 400, "factor": 0.32, "clip_norm": 1.0, "average_last": 5,
+            "time_budget": 1800.0, "eval_reserve": 240.0},
 }
 
 
@@ -184,9 +186,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--average-last", type=int,
                    help=f"average this many of the last checkpoints (default {d['average_last']})")
     p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
-    p.add_argument("--time-budget", type=float, default=None,
+    p.add_argument("--time-budget", type=float,
                    help="seconds for the whole command; training stops when only --eval-reserve is left")
-    p.add_argument("--eval-reserve", type=float, default=90.0, help="seconds kept for averaging, decoding, scoring")
+    p.add_argument("--eval-reserve", type=float,
+                   help=f"seconds kept for averaging, decoding, scoring (default {d['eval_reserve']:g})")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run (a finished one says so)")
     p.add_argument("--eval-only", action="store_true", help="skip training; evaluate the checkpoints there are")
     p.add_argument("--limit-train", type=int, default=None, help="use only N training batches per epoch (smoke tests)")
@@ -325,6 +328,13 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
                                   f"--layers {layers}, or another --ckpt-dir")
     torch.manual_seed(args.seed)
     model = build(config, args.layers).to(device)
+    if rank == 0:
+        where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                 else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread"
+                      f"{'s' if torch.get_num_threads() > 1 else ''})")
+        print(f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
+              f"{choose_precision(device, args.precision)}"
+              + (f" ({args.precision})" if args.precision != "auto" else " (auto)"), flush=True)
     phases["setup"] = time.perf_counter() - tick
 
     tick = time.perf_counter()

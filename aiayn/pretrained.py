@@ -69,8 +69,9 @@ def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cac
     if name not in known:
         if not known:
             raise PretrainedError(f"no trained model is shipped with this version of the book, so {name!r} cannot be "
-                                  f"loaded. Train one with `python -m aiayn.experiment --direction {name} --out DIR` on "
-                                  f"a GPU and load it with pretrained.load_file(ckpt_dir / 'averaged.pt')")
+                                  f"loaded. Train one with `python -m aiayn.experiment --recipe cpu --direction {name} --out "
+                                  f"DIR` (about half an hour on 2 CPU cores) and load it with "
+                                  f"pretrained.load_file(ckpt_dir / 'averaged.pt')")
         raise PretrainedError(f"unknown model {name!r}; the shipped ones are {', '.join(sorted(known))}")
     entry = known[name]
     cache = Path(cache or cache_dir())
@@ -96,6 +97,20 @@ class Pretrained:
     def translate(self, sentences, beam_size: int = 4, alpha: float = 0.6):
         """Beam search as in §6.1 (K = 4, α = 0.6); a string gives a string, a list a list."""
         return _translate(self.model, self.tokenizer, sentences, beam_size, alpha, lang=self.direction.split("-")[0])
+
+    def attention(self, sentence: str, beam_size: int = 4, alpha: float = 0.6) -> dict:
+        """Translate ``sentence`` and return the weights of every layer and head (float16) while the model reads it
+        and re-reads its own output: ``enc_self`` (N, h, S, S), ``dec_self`` (N, h, T, T), ``cross`` (N, h, T, S),
+        with ``src_tokens`` (the source pieces, </s> last), ``tgt_tokens`` (<s>, then the output) and ``hypothesis``."""
+        from aiayn.decoding import translate_ids
+        from aiayn.experiment import attention_maps
+
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise ValueError("attention takes one non-empty sentence (a str)")
+        src = self.tokenizer.encode(sentence, self.direction.split("-")[0])
+        out = translate_ids(self.model, [src], beam_size, alpha)[0]
+        maps = attention_maps(self.model, self.tokenizer, [(src, out, sentence, self.tokenizer.decode(out), "")])
+        return {key.removeprefix("s0_"): value for key, value in maps.items()}
 
 
 def load_file(path, device="cpu") -> Pretrained:
@@ -131,6 +146,8 @@ def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: P
     ckpt_dir, results = Path(ckpt_dir), Path(results)
     averaged = torch.load(ckpt_dir / "averaged.pt", map_location="cpu", weights_only=True)
     metrics = json.loads((results / "metrics.json").read_text(encoding="utf-8"))
+    if metrics.get("warnings"):
+        raise PretrainedError(f"{results} is a failed run, not shipped: " + "; ".join(metrics["warnings"]))
     tokenizer = Tokenizer.load(ckpt_dir / "tokenizer.json")
     summary = {"direction": metrics["direction"], "layers": metrics.get("layers", "aiayn"),
                "parameters": metrics["parameters"], "updates": metrics["updates"],

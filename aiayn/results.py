@@ -1,7 +1,8 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-"""§6.1 results: read the stored GPU runs of the book's plan, set them beside
-the paper, the literature and the floor."""
+"""§6.1 results: read the stored runs (the CPU recipe's, and the GPU plan's
+when a GPU was lent), set them beside the paper, the literature and the
+floor. Reads files only: nothing here trains."""
 import json
 import os
 import textwrap
@@ -15,16 +16,26 @@ import numpy as np
 import pandas as pd
 import sacrebleu
 
-from aiayn.experiment import SCORED
-from aiayn.plan import FINAL_RUNS
 from aiayn.provenance import ROOT
 
 # a clone's results/; set AIAYN_RESULTS to read them from elsewhere
 RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))
 DIRECTIONS = ("en-de", "de-en")
-SPLITS = SCORED  # val and the four test sets, as the experiment scores them
-STAGE = {  # what the plan writes, and in which stage
-    **{name: "final" for name in FINAL_RUNS}, "bench_decode.json": "final",
+# val and the four test sets, as aiayn.experiment scores them
+SPLITS = ("val", "test2016", "test2017", "mscoco2017", "test2018")
+CPU = "python -m aiayn.experiment --recipe cpu"
+RUNS = {  # stored run -> (whose layers, the command that writes it)
+    "cpu-en-de": ("ours", f"{CPU} --direction en-de --out results/cpu-en-de"),
+    "cpu-de-en": ("ours", f"{CPU} --direction de-en --out results/cpu-de-en"),
+    "cpu-floor-en-de": ("floor", f"{CPU} --direction en-de --layers torch "
+                                 "--out results/cpu-floor-en-de"),
+    **{name: (who, "gpu") for name, who in (
+        ("en-de", "ours"), ("de-en", "ours"), ("floor-en-de", "floor"),
+        ("floor-de-en", "floor"))}}
+SEARCH = "cpu-search"  # the runs that chose the CPU recipe, on val only
+STAGE = {  # what the GPU plan writes, and in which stage
+    **{name: "final" for name, (_, cmd) in RUNS.items() if cmd == "gpu"},
+    "bench_decode.json": "final",
     "bench_train.json": "speed", "bench_train_compiled.json": "speed",
     "bench_train_multi30k.json": "speed",
     "bench_train_multi30k_fp16.json": "speed", "layers_gpu.json": "speed",
@@ -61,12 +72,23 @@ def hypotheses(run: dict, split: str) -> list[str]:
 
 
 def missing(name: str) -> str:
-    """What to say when a stored GPU result is absent: that it is, and the
-    commands that write it."""
+    """What to say when a stored result is absent: that it is, and the
+    command that writes it (a CPU run's own, or the GPU plan's)."""
+    if name in RUNS and RUNS[name][1] != "gpu":
+        return wrap(f"{name}: not stored yet. It is made by\n"
+                    f"    {RUNS[name][1]}")
     return (f"{name}: not stored yet. It is made on a GPU by\n"
             f"    python -m aiayn.plan run {STAGE[name]} --out DIR\n"
             f"and copied into results/ by\n"
             f"    python -m aiayn.plan install DIR")
+
+
+def label(name: str, run: dict) -> str:
+    """How a stored run is named in tables and legends: whose layers, the
+    kind of device, the direction."""
+    on_gpu = run["metrics"]["provenance"].get("cuda") is not None
+    return (f"{RUNS[name][0]}, {'GPU' if on_gpu else 'CPU'} "
+            f"({run['metrics']['direction']})")
 
 
 def wrap(text: str, width: int = 79) -> str:
@@ -88,7 +110,10 @@ def provenance_line(report: dict) -> str:
     if p.get("git_dirty"):
         commit += " with uncommitted changes"
     cuda = f", CUDA {p['cuda']}" if p.get("cuda") else ""
-    parts = [p["device"], f"torch {p['torch']}{cuda}", f"commit {commit}",
+    device = p["device"]
+    if p.get("cpu_cores"):  # a CPU: its cores and the threads the run used
+        device += f", {p['cpu_cores']} cores, {p['threads']} thread(s)"
+    parts = [device, f"torch {p['torch']}{cuda}", f"commit {commit}",
              p["date"][:10],
              f"{p.get('concurrent_runs', 1)} run(s) sharing the device"]
     wall = p.get("wall_s")
@@ -110,7 +135,8 @@ def config_line(metrics: dict) -> str:
             f"{metrics['updates']} updates in {metrics['epochs']} epochs "
             f"(stopped by {metrics['stopped_by']}); average of "
             f"{len(metrics['averaged_checkpoints'])} checkpoints; "
-            f"beam {dec['beam_size']}, alpha {dec['alpha']}")
+            f"beam {dec['beam_size']}, alpha {dec['alpha']}; "
+            f"{metrics.get('precision', 'fp32')}")
 
 
 def describe(run: dict, label: str) -> str:
@@ -256,6 +282,57 @@ def plot_history(histories: dict[str, dict]):
                ncol=2, fontsize=8, frameon=False)  # one colour per run
     fig.tight_layout(rect=(0, 0.06 * ((len(histories) + 1) // 2) + 0.02, 1, 1))
     return fig
+
+
+def peak_lr(metrics: dict) -> float:
+    """The largest learning rate of a run's schedule, Equation (3) at
+    update `warmup`: factor · d_model^-0.5 · warmup^-0.5."""
+    t, d_model = metrics["train_config"], metrics["model_config"]["d_model"]
+    return t["factor"] * d_model**-0.5 * t["warmup"] ** -0.5
+
+
+def search_runs(folder) -> dict[str, dict]:
+    """The runs of a search folder (one sub-folder per run), by name."""
+    found = (load_run(path) for path in sorted(Path(folder).glob("*/")))
+    return {run["folder"].name: run for run in found if run is not None}
+
+
+def search_table(runs: dict[str, dict]) -> pd.DataFrame:
+    """One row per search run: what it changed, its validation scores (the
+    only ones a search may read), the source check and its minutes."""
+    rows = []
+    for name, run in runs.items():
+        m = run["metrics"]
+        val = m["bleu"]["val"]
+        rows.append({
+            "run": name, "peak lr (1e-3)": 1e3 * peak_lr(m),
+            "warmup": m["train_config"]["warmup"],
+            "precision": m["precision"], "updates": m["updates"],
+            "val ppl": m["val"]["ppl"], "val BLEU": val["tok_lc"]["score"],
+            "val sacreBLEU": val["sacrebleu"]["score"],
+            "source gain": m["checks"]["source"]["gain"],
+            "warnings": len(m["warnings"]),
+            "train min": m["provenance"]["wall_s"]["train"] / 60})
+    return pd.DataFrame(rows).set_index("run")
+
+
+def checks_table(runs: dict[str, dict], labels: dict[str, str]
+                 ) -> pd.DataFrame:
+    """The signs of a failed run (aiayn.health), run by run: how alike the
+    test 2016 outputs are and what the source is worth on validation."""
+    rows = {}
+    for name, run in runs.items():
+        c = run["metrics"].get("checks")
+        if c is None:  # written before the checks existed
+            continue
+        out = c["outputs"].get("test2016") or next(iter(c["outputs"].values()))
+        rows[labels[name]] = {
+            "distinct outputs %": 100 * out["distinct"],
+            "most common output %": 100 * out["most_common_share"],
+            "val NLL": c["source"]["nll"],
+            "val NLL, wrong source": c["source"]["nll_wrong_source"],
+            "warnings": len(c["warnings"])}
+    return pd.DataFrame(rows).T
 
 
 def sentence_frame(sources: list[str], references: list[str],

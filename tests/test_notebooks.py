@@ -28,7 +28,7 @@ def test_title_then_set_up_cell(path):
     assert "**Paper, §" in text(title), f"{path.name}: the title cell quotes the paper, marked **Paper, §x.y:**"
     assert setup["cell_type"] == "code", f"{path.name}: cell 1 must be the set-up code cell"
     assert 'if importlib.util.find_spec("aiayn") is None:' in text(setup)
-    assert f"aiayn @ git+{REPO_URL}" in text(setup)
+    assert f"\"{REPO_URL}\"" in text(setup) and "git\", \"clone" in text(setup)
     assert "remove-cell" in setup["metadata"].get("tags", []), (
         f"{path.name}: tag the set-up cell `remove-cell`, so the page starts with the title")
 

@@ -123,3 +123,28 @@ def test_the_book_ships_what_its_registry_lists(capsys):
     assert pretrained.main(["list"]) == 0
     out = capsys.readouterr().out
     assert ("no trained model is shipped" in out) == (not known)
+
+
+def test_attention_of_a_shipped_model(run, shipped):
+    """Pretrained.attention: every layer's and head's weights for one sentence and the model's own translation."""
+    _, server, where = shipped
+    m = pretrained.load("en-de", registry_path=where["registry_path"], folder=server)
+    att = m.attention("Two dogs play.")
+    S, T = len(att["src_tokens"]), len(att["tgt_tokens"])
+    assert att["src_tokens"][-1] == "</s>" and att["tgt_tokens"][0] == "<s>"
+    assert att["enc_self"].shape == (1, 2, S, S) and att["cross"].shape == (1, 2, T, S)
+    assert att["dec_self"].shape == (1, 2, T, T) and str(att["hypothesis"]) == m.translate("Two dogs play.")
+    assert abs(att["cross"].astype("float32").sum(-1) - 1).max() < 1e-2
+    with pytest.raises(ValueError, match="one non-empty sentence"):
+        m.attention("  ")
+
+
+def test_a_failed_run_is_not_shipped(run, tmp_path):
+    ckpt, results, _, _ = run
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    metrics = json.loads((results / "metrics.json").read_text())
+    (failed / "metrics.json").write_text(json.dumps({**metrics, "warnings": ["outputs collapsed: ..."]}))
+    with pytest.raises(pretrained.PretrainedError, match="a failed run, not shipped: outputs collapsed"):
+        pretrained.export("en-de", ckpt, failed, folder=tmp_path / "out", registry_path=tmp_path / "r.json")
+    assert not (tmp_path / "out").exists()
