@@ -14,6 +14,7 @@ T0 = time.perf_counter()  # the run's clock starts before the heavy imports
 
 import argparse
 import dataclasses
+import datetime
 import json
 import os
 import shlex
@@ -30,7 +31,7 @@ from aiayn.batching import EpochBatches
 from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
 from aiayn.floor import build
 from aiayn.model import PRESETS, TransformerConfig, count_parameters
-from aiayn.provenance import ROOT, cpu_name, provenance
+from aiayn.provenance import ROOT, cpu_features, cpu_name, provenance
 from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
                             choose_precision, evaluate, read_checkpoint, train, world)
 
@@ -127,6 +128,16 @@ def run_checks(model, val_batches, val: dict, hypotheses: dict[str, list[str]]) 
     return {"outputs": spread, "source": gain, "warnings": warnings}
 
 
+def run_precision(device: torch.device, requested: str = "auto") -> str:
+    """The precision a run trains in. "auto" is choose_precision's (bf16 or fp16 on a GPU, fp32 on a CPU), except on a
+    CPU with AMX, where bf16 autocast trains the CPU recipe's model faster at the same validation loss
+    (benchmarks/cpu_precision.py and the recipe search of §6.1 measured both); CPUs without it (Colab's free CPU is
+    AVX2 only) emulate bf16, slower than fp32."""
+    if requested == "auto" and device.type == "cpu" and "amx" in cpu_features():
+        return "bf16"
+    return choose_precision(device, requested)
+
+
 def model_overrides(pairs: list[str]) -> dict:
     """--set FIELD=VALUE pairs as TransformerConfig fields (vocab_size comes from --bpe-size)."""
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
@@ -153,7 +164,7 @@ DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epoc
 # search). Options given on the command line override the recipe's.
 RECIPES = {
     "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
-            "epochs": 12, "warmup": 400, "factor": 0.32, "clip_norm": 1.0, "average_last": 5,
+            "epochs": 16, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 5,
             "time_budget": 1800.0, "eval_reserve": 240.0},
 }
 
@@ -198,7 +209,7 @@ def parser() -> argparse.ArgumentParser:
                    help="most output tokens per sentence (default: input length + 50, as in §6.1)")
     p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
                    help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
-                        "bf16 with AMX, else fp32")
+                        "bf16 where it has AMX, else fp32")
     p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
     p.add_argument("--seed", type=int, default=0)
@@ -328,20 +339,22 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
                                   f"--layers {layers}, or another --ckpt-dir")
     torch.manual_seed(args.seed)
     model = build(config, args.layers).to(device)
+    precision = run_precision(device, args.precision)
+    # the code and machine as the run starts (the tree may change while it trains); the date is the end's
+    started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
     if rank == 0:
         where = (torch.cuda.get_device_name(device) if device.type == "cuda"
                  else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread"
                       f"{'s' if torch.get_num_threads() > 1 else ''})")
         print(f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
-              f"{choose_precision(device, args.precision)}"
-              + (f" ({args.precision})" if args.precision != "auto" else " (auto)"), flush=True)
+              f"{precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})", flush=True)
     phases["setup"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
     cfg = TrainConfig(warmup=args.warmup, factor=args.factor, accum=args.accum, epochs=args.epochs,
                       max_updates=args.max_updates, eps_ls=args.eps_ls, clip_norm=args.clip_norm,
                       ckpt_dir=str(ckpt_dir), keep_last=max(args.average_last, 2), save_every=args.save_every,
-                      precision=args.precision, compile=args.compile, seed=args.seed, progress=args.progress)
+                      precision=precision, compile=args.compile, seed=args.seed, progress=args.progress)
     if args.time_budget is not None:
         cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
         if cfg.max_seconds <= 0 and not args.eval_only:
@@ -377,7 +390,7 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
                ckpt_dir / ".averaged.pt.tmp")
     os.replace(ckpt_dir / ".averaged.pt.tmp", ckpt_dir / "averaged.pt")
     loss_fn = LabelSmoothingLoss(config.eps_ls if args.eps_ls is None else args.eps_ls, config.pad_id)
-    val = evaluate(model, val_data, loss_fn, device, args.precision)
+    val = evaluate(model, val_data, loss_fn, device, precision)
     print(f"averaged {len(paths)} checkpoints: val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}", flush=True)
     phases["average"] = time.perf_counter() - tick
 
@@ -419,6 +432,7 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     phases["write"] = time.perf_counter() - tick
     phases["total"] = time.perf_counter() - started
 
+    provenance_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     metrics = {
         "direction": args.direction, "recipe": args.recipe, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
         "bleu": scores, "val": val, "parameters": count_parameters(model), "updates": last["step"],
@@ -429,10 +443,10 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
                      "max_output": "input length + 50" if args.max_output is None else args.max_output},
         "reference_check": reference_check, "checks": checks, "warnings": checks["warnings"],
         "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
-        "precision": choose_precision(device, args.precision),
+        "precision": precision,
         "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple,
                  "limit_train_batches": args.limit_train, "splits": args.splits, "encoded_cache": encoded.path.name},
-        "provenance": {**provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device),
+        "provenance": {**started_with, "date": provenance_date,
                        "wall_s": phases, "time_budget_s": args.time_budget},
     }
     _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last

@@ -1,5 +1,6 @@
 """The one-command experiment: reference length, time budget, option errors, and a tiny run end to end."""
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -94,10 +95,14 @@ def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread,
     assert metrics["model_config"]["d_model"] == 32 and metrics["model_config"]["vocab_size"] == 1000
     assert metrics["averaged_checkpoints"] == ["step_00000008.pt", "step_00000010.pt"]
     assert set(metrics["provenance"]) >= {"device", "torch", "git_commit", "git_dirty", "date", "command", "wall_s",
-                                          "concurrent_runs"}
+                                          "concurrent_runs", "cpu", "cpu_cores", "cpu_features", "threads"}
     assert set(metrics["provenance"]["wall_s"]) == {"setup", "train", "average", "decode_and_score", "write", "total"}
-    assert metrics["provenance"]["device"] == "cpu" and "--resume" in metrics["provenance"]["command"]
-    assert metrics["layers"] == "aiayn" and metrics["processes"] == 1 and metrics["precision"] == "fp32"
+    assert metrics["provenance"]["device"].startswith("CPU: ") and "--resume" in metrics["provenance"]["command"]
+    assert metrics["provenance"]["cpu_cores"] == os.cpu_count() and metrics["provenance"]["threads"] >= 1
+    precision = "bf16" if "amx" in metrics["provenance"]["cpu_features"] else "fp32"  # experiment.run_precision
+    assert metrics["layers"] == "aiayn" and metrics["processes"] == 1 and metrics["precision"] == precision
+    assert metrics["checks"]["source"].keys() == {"nll", "nll_wrong_source", "gain"}
+    assert metrics["warnings"] == metrics["checks"]["warnings"] and metrics["warnings"]  # a tiny run: not converged
     assert set(metrics["val"]) == {"loss", "nll", "ppl"} and metrics["parameters"] > 0
     for split, n in LINES.items():
         hyps = (out / f"hyp.{split}.txt").read_text(encoding="utf-8").split("\n")
