@@ -156,7 +156,7 @@ def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: P
                "provenance": metrics["provenance"]}
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, "model_config": averaged["model_config"], "layers": summary["layers"],
-                "model": {k: v.half() if v.is_floating_point() else v for k, v in averaged["model"].items()},
+                "model": _half_shared(averaged["model"]),
                 "tokenizer": json.dumps({"vocab": tokenizer.vocab, "merges": [list(m) for m in tokenizer.merges],
                                          "langs": list(tokenizer.langs)}, ensure_ascii=False),
                 "direction": summary["direction"], "metrics": summary}, buffer)
@@ -168,6 +168,22 @@ def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: P
     known[name] = entry
     Path(registry_path).write_text(json.dumps(known, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return entry
+
+
+def _half_shared(state: dict) -> dict:
+    """fp16 copies of the floating-point tensors, one per distinct value: the three tied uses of the shared table
+    (§3.4) are averaged as three equal tensors, and are stored once again."""
+    out, kept = {}, []
+    for key, value in state.items():
+        if not value.is_floating_point():
+            out[key] = value
+            continue
+        half = next((h for v, h in kept if v.shape == value.shape and torch.equal(v, value)), None)
+        if half is None:
+            half = value.half()
+            kept.append((value, half))
+        out[key] = half
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

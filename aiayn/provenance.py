@@ -44,8 +44,9 @@ def provenance(command: str, device: torch.device) -> dict:
             **cpu, "threads": torch.get_num_threads(),
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
             "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or os.environ.get("AIAYN_GIT_COMMIT"),
-            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),  # a copy without .git: the
-            # commit comes from AIAYN_GIT_COMMIT, set by whoever copied a clean checkout there
+            # a copy without .git: the commit comes from AIAYN_GIT_COMMIT, set by whoever copied a clean checkout there
+            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "git_changed": git("diff", "--name-only", "HEAD").splitlines(),  # the tracked files that differ
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command,
             "concurrent_runs": int(os.environ.get("AIAYN_CONCURRENT_RUNS", "1"))}  # runs sharing the device

@@ -27,7 +27,11 @@ CPU = "python -m aiayn.experiment --recipe cpu"
 RUNS = {  # stored run -> (whose layers, the command that writes it)
     "cpu-en-de": ("ours", f"{CPU} --direction en-de --out results/cpu-en-de"),
     "cpu-de-en": ("ours", f"{CPU} --direction de-en --out results/cpu-de-en"),
+    # the floor trains for as many updates as cpu-en-de did (its metrics.json
+    # says how many): the same schedule, whatever else shares the machine
     "cpu-floor-en-de": ("floor", f"{CPU} --direction en-de --layers torch "
+                                 "--max-updates UPDATES --time-budget 7200 "
+                                 "--splits val test2016 "
                                  "--out results/cpu-floor-en-de"),
     **{name: (who, "gpu") for name, who in (
         ("en-de", "ours"), ("de-en", "ours"), ("floor-en-de", "floor"),
@@ -469,6 +473,38 @@ def attention_chart(att: dict, k: int, kind: str, cell: int = 18,
     ).add_params(layer, head).transform_filter(
         (alt.datum.layer == layer) & (alt.datum.head == head)).properties(
         width=width, height=height, description=description)
+
+
+def head_summary(att: dict) -> pd.DataFrame:
+    """Per kind of attention and layer, over the stored sentences: the
+    mean entropy of a row of weights (nats; 0 = one key only) and the share
+    of rows whose largest weight is on the query's own position or on the
+    one before it (self-attention only) or on </s>, the source's last piece
+    (when the keys are the source)."""
+    rows = []
+    for kind, (name, q_side, k_side) in KINDS.items():
+        n_layers = att[f"s0_{kind}"].shape[0]
+        for layer in range(n_layers):
+            entropy, same, previous, eos, n = 0.0, 0, 0, 0, 0
+            for k in range(3):
+                w = att[f"s{k}_{kind}"][layer].astype(np.float64)  # (h, q, k)
+                top = w.argmax(-1)  # (h, q)
+                q = np.arange(w.shape[1])
+                entropy += -(w * np.log(w + 1e-12)).sum(-1).sum()
+                same += int((top == q).sum())
+                previous += int((top == q - 1).sum())
+                eos += int((top == w.shape[2] - 1).sum())
+                n += top.size
+            self_attention = q_side == k_side
+            rows.append({"attention": name, "layer": layer + 1,
+                         "entropy (nats)": entropy / n,
+                         "top on own position %": 100 * same / n
+                         if self_attention else np.nan,
+                         "top on the previous %": 100 * previous / n
+                         if self_attention else np.nan,
+                         "top on </s> %": 100 * eos / n
+                         if k_side == "src" else np.nan})
+    return pd.DataFrame(rows).set_index(["attention", "layer"])
 
 
 def train_benchmark_table(report: dict) -> pd.DataFrame:

@@ -399,11 +399,10 @@ def _nonfinite(since: int, step: int, epoch: int,
     )
 
 
-def _eta(epoch_s: float, epochs_left: int) -> str:
-    """The time the remaining epochs take at the last epoch's pace."""
-    left = epoch_s * epochs_left
+def _eta(left: float) -> str:
+    """Seconds left, as a watcher reads them."""
     return (f"{left / 60:.0f} min left" if left >= 90 else
-            f"{left:.0f} s left")
+            f"{max(left, 0):.0f} s left")
 
 
 def train(
@@ -586,7 +585,11 @@ def train(
                 f"{progress['step']}, train loss {history['loss'][-1]:.3f}"
                 f", {epoch_s:.0f} s")
         if progress["epoch"] < cfg.epochs:  # a watcher wants the ETA
-            line += f" (about {_eta(epoch_s, cfg.epochs - progress['epoch'])})"
+            left = epoch_s * (cfg.epochs - progress["epoch"])
+            if cfg.max_seconds is not None:  # the time limit may come first
+                left = min(left, cfg.max_seconds
+                           - (time.perf_counter() - started))
+            line += f" (about {_eta(left)})"
         if val_batches is not None:
             val = evaluate(model, val_batches, loss_fn, device, precision)
             history["val_loss"].append(val["loss"])

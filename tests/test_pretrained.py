@@ -148,3 +148,12 @@ def test_a_failed_run_is_not_shipped(run, tmp_path):
     with pytest.raises(pretrained.PretrainedError, match="a failed run, not shipped: outputs collapsed"):
         pretrained.export("en-de", ckpt, failed, folder=tmp_path / "out", registry_path=tmp_path / "r.json")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_tied_table_is_stored_once(shipped):
+    """The averaged weights hold the shared table three times (three equal tensors); the file holds it once."""
+    _, server, _ = shipped
+    weights = torch.load(server / "en-de.pt", weights_only=True)["model"]
+    table = weights["src_embed.lut.weight"]
+    assert table.dtype == torch.float16
+    assert weights["tgt_embed.lut.weight"].data_ptr() == weights["generator.weight"].data_ptr() == table.data_ptr()

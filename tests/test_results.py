@@ -81,7 +81,11 @@ def test_load_run_and_missing_files(run_dir, tmp_path):
                                         "    python -m aiayn.plan run final --out DIR\n"
                                         "and copied into results/ by\n"
                                         "    python -m aiayn.plan install DIR")
-    assert all(len(line) <= 79 for name in results.STAGE for line in results.missing(name).splitlines())
+    assert results.missing("cpu-de-en") == ("cpu-de-en: not stored yet. It is made by\n"
+                                            "    python -m aiayn.experiment --recipe cpu --direction de-en --out\n"
+                                            "      results/cpu-de-en")
+    names = [*results.STAGE, *results.RUNS]
+    assert all(len(line) <= 79 for name in names for line in results.missing(name).splitlines())
     assert "aiayn.plan run speed" in results.missing("bench_train.json")
     assert "aiayn.plan run search" in results.missing("variations")
 
@@ -91,12 +95,15 @@ def test_provenance_and_config_lines(run_dir):
     assert results.provenance_line(m) == (
         "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128, CUDA 12.8 | commit 0123456789 | 2026-01-02 | 4 run(s) sharing "
         "the device | 539 s in all, 440 s of training\n  command: python -m aiayn.experiment --direction en-de")
+    cpu = {**PROVENANCE, "device": "CPU: Intel(R) Xeon(R) Processor", "cpu_cores": 2, "threads": 2, "cuda": None}
+    assert results.provenance_line({"provenance": cpu}).startswith(
+        "CPU: Intel(R) Xeon(R) Processor, 2 cores, 2 thread(s) | torch 2.13.0+cu128 | commit 0123456789 | 2026")
     assert results.provenance_line({"provenance": {**PROVENANCE, "git_dirty": True, "cuda": None}}).startswith(
         "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128 | commit 0123456789 with uncommitted changes | 2026-01-02 | 4 run")
     assert results.config_line(m) == (
         "aiayn layers, N=4 d_model=256 d_ff=1024 h=4 P_drop=0.3 eps_ls=0.1, 9.40M parameters; joint BPE 8000, "
         "8000-token batches; 6000 updates in 25 epochs (stopped by time budget); average of 10 checkpoints; beam 4, "
-        "alpha 0.6")
+        "alpha 0.6; fp32")
     described = results.describe(results.load_run(run_dir), "ours")
     assert described.endswith("sacreBLEU signature:\n    nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")
     assert all(len(line) <= 79 for line in described.splitlines())  # printed in the chapter's 79 columns
@@ -196,3 +203,37 @@ def test_benchmark_tables():
     assert results.decode_benchmark_table(decode).to_dict("index") == {
         "cache": {"sentences/s": 500.0, "output tokens/s": 7000.0, "seconds": 2.0},
         "no_cache": {"sentences/s": 125.0, "output tokens/s": 1750.0, "seconds": 8.0}}
+
+
+def test_results_reads_files_and_trains_nothing():
+    """The results module imports no training code, and its splits are the experiment's."""
+    import subprocess
+    import sys
+    code = ("import sys, aiayn.results; print(sorted(m for m in sys.modules if m.startswith('aiayn.') or "
+            "m == 'torch.distributed'))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "aiayn.training" not in loaded and "aiayn.experiment" not in loaded and "aiayn.plan" not in loaded
+    from aiayn import experiment
+    assert results.SPLITS == experiment.SCORED
+    assert {name for name, (_, cmd) in results.RUNS.items() if cmd == "gpu"} == set(__import__("aiayn.plan").plan.FINAL_RUNS)
+
+
+def test_search_and_checks_tables(run_dir, tmp_path):
+    m = metrics()
+    m.update(train_config={"factor": 0.64, "warmup": 400}, precision="bf16", warnings=[],
+             checks={"outputs": {"test2016": {"sentences": 3, "distinct": 1.0, "most_common": "x",
+                                              "most_common_share": 1 / 3}},
+                     "source": {"nll": 1.5, "nll_wrong_source": 4.0, "gain": 2.5}, "warnings": []})
+    for name in ("lr2e-3", "lr1e-3"):
+        (tmp_path / "search" / name).mkdir(parents=True)
+        (tmp_path / "search" / name / "metrics.json").write_text(json.dumps(m), encoding="utf-8")
+    (tmp_path / "search" / "unfinished").mkdir()  # a run without metrics.json is not listed
+    runs = results.search_runs(tmp_path / "search")
+    assert list(runs) == ["lr1e-3", "lr2e-3"]
+    table = results.search_table(runs)
+    assert table.loc["lr2e-3", "peak lr (1e-3)"] == pytest.approx(1e3 * 0.64 * 256**-0.5 * 400**-0.5)
+    assert table.loc["lr2e-3", "val BLEU"] == 40.5 and table.loc["lr2e-3", "source gain"] == 2.5
+    assert table.loc["lr2e-3", "train min"] == pytest.approx(440.4 / 60)
+    checks = results.checks_table({"a": runs["lr2e-3"], "b": results.load_run(run_dir)}, {"a": "ours", "b": "old"})
+    assert checks.index.tolist() == ["ours"]  # a run written before the checks existed has no row
+    assert checks.loc["ours", "distinct outputs %"] == 100.0 and checks.loc["ours", "val NLL, wrong source"] == 4.0
