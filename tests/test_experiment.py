@@ -275,3 +275,21 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
                                   str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
         assert refused.returncode != 0 and "outside results/" in refused.stderr
     assert report["batches"]["batches_per_epoch"] > 0 and report["loop"]["ratio_book_over_bare"] > 0
+
+
+def test_recipe_fills_what_the_command_line_leaves_out():
+    """--recipe cpu sets its settings; options given beside it win; without a recipe the defaults hold."""
+    cpu = experiment.RECIPES["cpu"]
+    args = experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "cpu"])
+    assert (args.max_tokens, args.warmup, args.factor, args.epochs) == (cpu["max_tokens"], cpu["warmup"],
+                                                                        cpu["factor"], cpu["epochs"])
+    assert args.time_budget == cpu["time_budget"] and args.clip_norm == cpu["clip_norm"]
+    assert experiment.model_overrides(args.set) == cpu["set"]
+    args = experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "cpu", "--factor", "0.3",
+                                  "--set", "N=2", "P_drop=0.2"])
+    assert args.factor == 0.3 and args.warmup == cpu["warmup"]
+    assert experiment.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
+    plain = experiment.parse_args(["--direction", "en-de", "--out", "x"])
+    assert {k: getattr(plain, k) for k in experiment.DEFAULTS} == experiment.DEFAULTS and plain.set == []
+    with pytest.raises(SystemExit):
+        experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "laptop"])
