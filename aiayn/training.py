@@ -637,7 +637,7 @@ def copy_batches(
 
 COPY_MODEL = {"vocab_size": 14, "N": 2, "d_model": 64, "d_ff": 128, "h": 4,
               "P_drop": 0.0, "max_len": 32}
-COPY_TRAIN = {"warmup": 100, "factor": 1.0, "epochs": 8}
+COPY_TRAIN = {"warmup": 100, "factor": 0.5, "epochs": 8}
 MULTI30K_TRAIN = {"warmup": 2000, "factor": 1.5, "epochs": 30}
 
 
