@@ -241,6 +241,25 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
     return fig
 
 
+def checks_table(runs: dict[str, dict], labels: dict[str, str]
+                 ) -> pd.DataFrame:
+    """The signs of a failed run (aiayn.health), run by run: how alike the
+    test 2016 outputs are and what the source is worth on validation."""
+    rows = {}
+    for name, run in runs.items():
+        c = run["metrics"].get("checks")
+        if c is None:  # written before the checks existed
+            continue
+        out = c["outputs"].get("test2016") or next(iter(c["outputs"].values()))
+        rows[labels[name]] = {
+            "distinct outputs %": 100 * out["distinct"],
+            "most common output %": 100 * out["most_common_share"],
+            "val NLL": c["source"]["nll"],
+            "val NLL, wrong source": c["source"]["nll_wrong_source"],
+            "warnings": len(c["warnings"])}
+    return pd.DataFrame(rows).T
+
+
 def history_frames(history: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-update training curve (step, loss, lr, epoch) and per-epoch
     validation (epoch, step, val_loss, val_ppl)."""
@@ -318,25 +337,6 @@ def search_table(runs: dict[str, dict]) -> pd.DataFrame:
             "warnings": len(m["warnings"]),
             "train min": m["provenance"]["wall_s"]["train"] / 60})
     return pd.DataFrame(rows).set_index("run")
-
-
-def checks_table(runs: dict[str, dict], labels: dict[str, str]
-                 ) -> pd.DataFrame:
-    """The signs of a failed run (aiayn.health), run by run: how alike the
-    test 2016 outputs are and what the source is worth on validation."""
-    rows = {}
-    for name, run in runs.items():
-        c = run["metrics"].get("checks")
-        if c is None:  # written before the checks existed
-            continue
-        out = c["outputs"].get("test2016") or next(iter(c["outputs"].values()))
-        rows[labels[name]] = {
-            "distinct outputs %": 100 * out["distinct"],
-            "most common output %": 100 * out["most_common_share"],
-            "val NLL": c["source"]["nll"],
-            "val NLL, wrong source": c["source"]["nll_wrong_source"],
-            "warnings": len(c["warnings"])}
-    return pd.DataFrame(rows).T
 
 
 def sentence_frame(sources: list[str], references: list[str],
