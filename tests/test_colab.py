@@ -42,7 +42,9 @@ def test_a_chapter_alone_finds_the_stored_results(tmp_path):
     assert probe.stdout.strip() == "True", "the fresh environment must not see this checkout's package"
 
     setup, *rest = code_cells("12_results")
-    script = "\n\n".join([setup, "import aiayn.provenance\nprint('ROOT', aiayn.provenance.ROOT)", *rest])
+    # display() prints nothing outside a kernel: the chapter's BLEU table is printed at the end
+    script = "\n\n".join([setup, "import aiayn.provenance\nprint('ROOT', aiayn.provenance.ROOT)", *rest,
+                           "print(table.to_string())"])
     env = {**os.environ, "AIAYN_REPO": str(ROOT), "MPLBACKEND": "Agg", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("AIAYN_RESULTS", None)
     run = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=work, env=env, timeout=900)
