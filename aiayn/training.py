@@ -582,14 +582,14 @@ def train(
         progress["batch"] = 0
         epoch_s = time.perf_counter() - t0
         line = (f"epoch {progress['epoch']}/{cfg.epochs}: updates "
-                f"{progress['step']}, train loss {history['loss'][-1]:.3f}"
-                f", {epoch_s:.0f} s")
+                f"{progress['step']}, train loss {history['loss'][-1]:.3f}")
+        timing = f"\n  {epoch_s:.0f} s"
         if progress["epoch"] < cfg.epochs:  # a watcher wants the ETA
             left = epoch_s * (cfg.epochs - progress["epoch"])
             if cfg.max_seconds is not None:  # the time limit may come first
                 left = min(left, cfg.max_seconds
                            - (time.perf_counter() - started))
-            line += f" (about {_eta(left)})"
+            timing += f", about {_eta(left)}"
         if val_batches is not None:
             val = evaluate(model, val_batches, loss_fn, device, precision)
             history["val_loss"].append(val["loss"])
@@ -605,7 +605,7 @@ def train(
                 line += (f"; no better validation loss for {cfg.patience} "
                          "epochs: stopping early")
         if cfg.log and rank == 0:
-            print(line, flush=True)
+            print(line + timing, flush=True)
         save()
     return history
 
