@@ -269,7 +269,7 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
                               cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(out.read_text())
-        assert keys <= set(report) and report["provenance"]["device"] == "cpu" and report["config"]["quick"]
+        assert keys <= set(report) and report["provenance"]["device"].startswith("CPU: ") and report["config"]["quick"]
         assert report.get("same_hypotheses", True) is True
         refused = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out",
                                   str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
