@@ -141,12 +141,16 @@ def load(name: str, device="cpu", **where) -> Pretrained:
     return load_file(locate(name, **where), device)
 
 
-def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: Path = REGISTRY) -> dict:
-    """Write a run's averaged model as folder/<name>.pt (fp16) and list it with its SHA256 in the registry."""
+def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: Path = REGISTRY,
+           allow_failed: bool = False) -> dict:
+    """Write a run's averaged model as folder/<name>.pt (fp16) and list it with its SHA256 in the registry.
+
+    A run with warnings (aiayn.health) is refused unless ``allow_failed`` (a rehearsal of the plumbing with tiny
+    models, which never converge)."""
     ckpt_dir, results = Path(ckpt_dir), Path(results)
     averaged = torch.load(ckpt_dir / "averaged.pt", map_location="cpu", weights_only=True)
     metrics = json.loads((results / "metrics.json").read_text(encoding="utf-8"))
-    if metrics.get("warnings"):
+    if metrics.get("warnings") and not allow_failed:
         raise PretrainedError(f"{results} is a failed run, not shipped: " + "; ".join(metrics["warnings"]))
     tokenizer = Tokenizer.load(ckpt_dir / "tokenizer.json")
     summary = {"direction": metrics["direction"], "layers": metrics.get("layers", "aiayn"),
