@@ -13,6 +13,8 @@ from collections import Counter
 
 import torch
 
+from aiayn.training import token_nll
+
 # Thresholds, each far from what a working run shows: on Multi30k test 2016 a trained model's most common output
 # covers well under 1% of the sentences and over 95% of them are distinct; with the wrong sources the NLL per token
 # rises by several nats.
@@ -44,9 +46,7 @@ def source_gain(model, batches, pad_id: int = 0, seed: int = 0) -> dict:
         if src.size(0) < 2:
             continue
         for k, source in enumerate((src, src.roll(1, dims=0))):
-            logits = model(source, tgt_in).float()
-            totals[k] += torch.nn.functional.cross_entropy(
-                logits.flatten(0, -2), tgt_out.flatten(), ignore_index=pad_id, reduction="sum").item()
+            totals[k] += token_nll(model(source, tgt_in), tgt_out, pad_id).item()
         totals[2] += (tgt_out != pad_id).sum().item()
     if not totals[2]:
         raise ValueError("source_gain needs batches of at least two sentences with target tokens")

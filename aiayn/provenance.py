@@ -13,6 +13,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _changes(changed: list[str]) -> dict:
+    return {"git_dirty": bool(changed), "git_changed": changed}
+
+
 def cpu_name() -> str:
     """The CPU's model name as the operating system reports it (Linux: /proc/cpuinfo), else platform's."""
     try:
@@ -45,8 +49,7 @@ def provenance(command: str, device: torch.device) -> dict:
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
             "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or os.environ.get("AIAYN_GIT_COMMIT"),
             # a copy without .git: the commit comes from AIAYN_GIT_COMMIT, set by whoever copied a clean checkout there
-            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "git_changed": git("diff", "--name-only", "HEAD").splitlines(),  # the tracked files that differ
+            **_changes(git("diff", "--name-only", "HEAD").splitlines()),  # the tracked files that differ
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command,
             "concurrent_runs": int(os.environ.get("AIAYN_CONCURRENT_RUNS", "1"))}  # runs sharing the device
