@@ -6,8 +6,9 @@ results/), and then executes the results chapters on what it wrote. The GPU runs
 the profile: model sizes, time budgets and how many runs share the device.
 
     python -m aiayn.plan show [--profile gpu]          # every stage's commands
-    python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3, the recipe
-    python -m aiayn.plan run final --out DIR           # both directions and the floor, with the recipe; pretrained files
+    python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3 on val
+    python -m aiayn.plan run final --out DIR           # both directions and the floor (--recipe gpu), more seeds;
+                                                       # the decoding benchmark; pretrained files
     python -m aiayn.plan run speed --out DIR           # the benchmarks, the fp16 path (again: what did not fit)
     python -m aiayn.plan rehearse --out DIR            # all of it, tiny, on the CPU; then the chapters
     python -m aiayn.plan pack DIR --into OUT           # DIR as tar.gz parts of at most 15 MB (what a GPU call returns)
@@ -31,15 +32,20 @@ from aiayn import corpus, variations
 from aiayn.provenance import ROOT
 
 STAGES = ("search", "final", "speed")
-FINAL_RUNS = {"en-de": ("en-de", "aiayn"), "de-en": ("de-en", "aiayn"),
-              "floor-en-de": ("en-de", "torch"), "floor-de-en": ("de-en", "torch")}
+FINAL_RUNS = {"gpu-en-de": ("en-de", "aiayn"), "gpu-de-en": ("de-en", "aiayn"),
+              "gpu-floor-en-de": ("en-de", "torch"), "gpu-floor-de-en": ("de-en", "torch")}
+SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
+# Table 3's rows as the GPU stage trains them (results/variations)
+TABLE3 = ["base", "A-h1", "A-h2", "A-h8", "A-h16", "B-d_k16", "C-N2", "C-N6", "C-d_model128", "C-d_model512",
+          "C-d_ff512", "C-d_ff2048", "D-P_drop0", "D-P_drop0.1", "D-eps_ls0", "E-learned"]
 
 PROFILES = {
     "gpu": {
         "bpe_size": 8000,
-        "scaling": {"concurrency": [1, 2, 4, 8], "budget": 45, "args": []},
-        "variations": {"rows": ["all"], "parallel": "auto", "budget": "fit", "total": 400, "args": []},
-        "final": {"parallel": 4, "budget": 480, "args": ["--pad-multiple", "8"]},
+        "scaling": {"concurrency": [8], "budget": 45, "args": []},
+        "variations": {"rows": TABLE3, "parallel": 8, "budget": 250, "total": 530,
+                       "args": ["--max-tokens", "4096", "--warmup", "1000", "--factor", "0.5"]},
+        "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "args": ["--recipe", "gpu"]},
         "speed": [
             ["benchmarks/train_throughput.py", "--out", "{out}/bench_train.json"],
             ["benchmarks/train_throughput.py", "--compile", "--compile-reference", "--out", "{out}/bench_train_compiled.json"],
@@ -62,7 +68,7 @@ PROFILES = {
                        "args": ["--base-set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000",
                                 "--limit-train", "3", "--max-updates", "6", "--warmup", "10", "--max-output", "6",
                                 "--eval-reserve", "40"]},
-        "final": {"parallel": 2, "budget": 120,
+        "final": {"parallel": 2, "budget": 120, "seeds": [],
                   "args": ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000", "--limit-train", "3",
                            "--max-updates", "6", "--warmup", "10", "--average-last", "2", "--max-output", "6",
                            "--decode-batch", "256", "--eval-reserve", "100"]},
@@ -207,13 +213,19 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
     runs = {name: ["--direction", direction, "--layers", layers, "--out", str(out / name), "--ckpt-dir",
                    str(scratch / name), "--time-budget", str(p["budget"]), *common]
             for name, (direction, layers) in FINAL_RUNS.items()}
+    for seed in p["seeds"]:
+        for direction in ("en-de", "de-en"):
+            name = f"{SEEDS}/{direction}-seed{seed}"
+            runs[name] = ["--direction", direction, "--seed", str(seed), "--splits", "val", "test2016", "--out",
+                          str(out / name), "--ckpt-dir", str(scratch / name), "--time-budget", str(p["budget"]),
+                          *common]
     for name in runs:
         shutil.rmtree(scratch / name, ignore_errors=True)
     codes = _experiments(runs, out / "logs", p["parallel"])
-    if codes.get("en-de") == 0:
-        command = [arg.format(out=out, ckpt=scratch / "en-de") for arg in profile["decode"]]
+    if codes.get("gpu-en-de") == 0:
+        command = [arg.format(out=out, ckpt=scratch / "gpu-en-de") for arg in profile["decode"]]
         codes["bench_decode"] = _python(command, out / "logs" / "bench_decode.log")
-    for name in ("en-de", "de-en"):
+    for name in ("gpu-en-de", "gpu-de-en"):
         if codes.get(name) == 0:
             # a tiny rehearsal never converges: its models are exported to rehearse the plumbing
             entry = pretrained.export(name, scratch / name, out / name, folder=out / "pretrained",
@@ -288,8 +300,10 @@ def show(profile_name: str) -> str:
     lines.append(f"search: {', '.join(map(str, s['concurrency']))} training runs at once for {s['budget']} s each; "
                  f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
                  f"then recipe.json, the row with the best val BLEU")
-    lines.append(f"final: {', '.join(FINAL_RUNS)}, {f['parallel']} at once, --time-budget {f['budget']} "
-                 f"{' '.join(f['args'])} + the recipe; then the decoding benchmark and the model files")
+    seeds = f", and seeds {', '.join(map(str, f['seeds']))} of both directions" if f["seeds"] else ""
+    lines.append(f"final: {', '.join(FINAL_RUNS)}{seeds}, {f['parallel']} at once, --time-budget {f['budget']} "
+                 f"{' '.join(f['args'])} (or with --recipe FILE, a row of the search's recipe.json); then the "
+                 f"decoding benchmark and the model files")
     lines += ["speed: python " + " ".join(cmd) for cmd in profile["speed"]]
     return "\n".join(lines)
 
@@ -365,7 +379,6 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
     elif stage == "final":
-        recipe = recipe or (out / "recipe.json" if (out / "recipe.json").is_file() else None)
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]
     elif stage == "speed":
         failed = [name for name, code in speed(profile, out).items() if code]

@@ -1,8 +1,8 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-"""§6.1 results: read the stored runs (the CPU recipe's, and the GPU plan's
-when a GPU was lent), set them beside the paper, the literature and the
-floor. Reads files only: nothing here trains."""
+"""§6.1 results: read the stored runs (the CPU recipe's, and the GPU
+recipe's when a GPU was lent), set them beside the paper, the literature and
+the floor. Reads files only: nothing here trains."""
 import json
 import os
 import textwrap
@@ -33,12 +33,18 @@ RUNS = {  # stored run -> (whose layers, the command that writes it)
                                  "--max-updates UPDATES --time-budget 7200 "
                                  "--splits val test2016 "
                                  "--out results/cpu-floor-en-de"),
-    **{name: (who, "gpu") for name, who in (
-        ("en-de", "ours"), ("de-en", "ours"), ("floor-en-de", "floor"),
-        ("floor-de-en", "floor"))}}
+    # on one GPU, eight runs at once: these four and two more seeds of each
+    # direction (SEEDS); python -m aiayn.plan run final makes all eight
+    **{f"gpu-{floor}{d}": ("floor" if floor else "ours",
+                           f"python -m aiayn.experiment --recipe gpu "
+                           f"--direction {d}{' --layers torch' if floor else ''}"
+                           f" --out results/gpu-{floor}{d}")
+       for floor in ("", "floor-") for d in DIRECTIONS}}
+GPU_RUNS = tuple(name for name in RUNS if name.startswith("gpu-"))
 SEARCH = "cpu-search"  # the runs that chose the CPU recipe, on val only
-STAGE = {  # what the GPU plan writes, and in which stage
-    **{name: "final" for name, (_, cmd) in RUNS.items() if cmd == "gpu"},
+GPU_SEARCH = "gpu-search"  # the runs that chose the GPU recipe, on val only
+SEEDS = "gpu-seeds"  # seeds 1 and 2 of the GPU recipe (val and test 2016)
+STAGE = {  # what the GPU plan writes besides the runs, and in which stage
     "bench_decode.json": "final",
     "bench_train.json": "speed", "bench_train_compiled.json": "speed",
     "bench_train_multi30k.json": "speed",
@@ -77,9 +83,10 @@ def hypotheses(run: dict, split: str) -> list[str]:
 
 def missing(name: str) -> str:
     """What to say when a stored result is absent: that it is, and the
-    command that writes it (a CPU run's own, or the GPU plan's)."""
-    if name in RUNS and RUNS[name][1] != "gpu":
-        return wrap(f"{name}: not stored yet. It is made by\n"
+    command that writes it (a run's own, or the GPU plan's stage)."""
+    if name in RUNS:
+        where = " on a GPU" if name in GPU_RUNS else ""
+        return wrap(f"{name}: not stored yet. It is made{where} by\n"
                     f"    {RUNS[name][1]}")
     return (f"{name}: not stored yet. It is made on a GPU by\n"
             f"    python -m aiayn.plan run {STAGE[name]} --out DIR\n"
@@ -110,8 +117,10 @@ def provenance_line(report: dict) -> str:
     """Where a stored figure came from: device, torch and CUDA, commit, date,
     wall time, sharing and command line."""
     p = report["provenance"]
-    commit = (p.get("git_commit") or "unknown")[:10]
-    if p.get("git_dirty"):
+    # tree_commit: the commit whose working tree a GPU machine ran (its own
+    # git saw another history, so its git_commit is kept but not shown)
+    commit = (p.get("tree_commit") or p.get("git_commit") or "unknown")[:10]
+    if p.get("git_dirty") and not p.get("tree_commit"):
         commit += " with uncommitted changes"
     cuda = f", CUDA {p['cuda']}" if p.get("cuda") else ""
     device = p["device"]
@@ -220,8 +229,10 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
     anchors, one panel per direction, bars by metric."""
     rows = table[table["test set"] == TEST_SETS["test2016"]]
     colors = {SACREBLEU: "C0", TOK_LC: "C1", "lowercased tokenised BLEU": "C2"}
-    fig, axes = plt.subplots(len(DIRECTIONS), 1, figsize=(6.8, 5.5), dpi=100,
-                             sharex=True)
+    counts = [int((rows["direction"] == d).sum()) for d in DIRECTIONS]
+    fig, axes = plt.subplots(len(DIRECTIONS), 1, dpi=100, sharex=True,
+                             figsize=(6.8, 1.2 + 0.42 * sum(counts)),
+                             gridspec_kw={"height_ratios": counts})
     for ax, direction in zip(axes, DIRECTIONS):
         part = rows[rows["direction"] == direction].iloc[::-1]
         y = np.arange(len(part))

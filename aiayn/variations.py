@@ -237,8 +237,8 @@ def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ck
 def _launch(argv: list[str], log: Path, concurrent: int) -> subprocess.Popen:
     """One run of aiayn.experiment in its own process, its output in `log`."""
     env = {**os.environ, "AIAYN_CONCURRENT_RUNS": str(concurrent)}
-    if not torch.cuda.is_available():  # CPU runs side by side share the cores
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // concurrent)))
+    # runs side by side share the cores (on a GPU machine, the host threads that launch its kernels)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // concurrent)))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as handle:
         return subprocess.Popen([sys.executable, "-m", "aiayn.experiment", *argv], stdout=handle,

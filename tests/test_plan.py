@@ -47,8 +47,8 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
         assert metrics["provenance"]["concurrent_runs"] == plan.PROFILES["tiny"]["final"]["parallel"]
         assert set(metrics["bleu"]) == {"val", "test2016", "test2017", "mscoco2017", "test2018"}
     registry = json.loads((out / "pretrained" / "pretrained.json").read_text())
-    assert set(registry) == {"en-de", "de-en"}
-    model = pretrained.load("en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained")
+    assert set(registry) == {"gpu-en-de", "gpu-de-en"}
+    model = pretrained.load("gpu-en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained")
     assert isinstance(model.translate("Two dogs play in the snow."), str)
     for name in ("bench_train.json", "bench_decode.json", "bench_epoch.json", "layers_gpu.json", "scaling.json"):
         assert (out / name).is_file(), name
@@ -84,13 +84,13 @@ def test_pack_and_install_a_gpu_stage(rehearsal, tmp_path):
     """A GPU stage's folder, packed into parts (as a GPU call returns it), lands in results/ and pretrained/."""
     out, _, _ = rehearsal
     stage = tmp_path / "final"
-    (stage / "en-de").mkdir(parents=True)
-    metrics = json.loads((out / "en-de" / "metrics.json").read_text())
+    (stage / "gpu-en-de").mkdir(parents=True)
+    metrics = json.loads((out / "gpu-en-de" / "metrics.json").read_text())
     metrics["provenance"]["device"] = "cuda:0 (NVIDIA H200)"
-    (stage / "en-de" / "metrics.json").write_text(json.dumps(metrics))
-    (stage / "en-de" / "stray.pt").write_bytes(b"checkpoints are not results")
+    (stage / "gpu-en-de" / "metrics.json").write_text(json.dumps(metrics))
+    (stage / "gpu-en-de" / "stray.pt").write_bytes(b"checkpoints are not results")
     (stage / "logs").mkdir()
-    (stage / "logs" / "en-de.log").write_text("log")
+    (stage / "logs" / "gpu-en-de.log").write_text("log")
     (stage / "pretrained").mkdir()
     for path in (out / "pretrained").iterdir():
         (stage / "pretrained" / path.name).write_bytes(path.read_bytes())
@@ -100,11 +100,11 @@ def test_pack_and_install_a_gpu_stage(rehearsal, tmp_path):
     registry.write_text(json.dumps({"other": {"file": "other.pt"}}))
     copied = plan.install(tmp_path / "parts", results=tmp_path / "results", models=tmp_path / "models",
                           registry_path=registry)
-    assert (tmp_path / "results" / "en-de" / "metrics.json").is_file() and not (tmp_path / "results" / "logs").exists()
+    assert (tmp_path / "results" / "gpu-en-de" / "metrics.json").is_file() and not (tmp_path / "results" / "logs").exists()
     assert not list((tmp_path / "results").rglob("*.pt"))
-    assert (tmp_path / "models" / "en-de.pt").read_bytes() == (out / "pretrained" / "en-de.pt").read_bytes()
-    assert set(json.loads(registry.read_text())) == {"other", "en-de", "de-en"}
-    assert str(tmp_path / "models" / "en-de.pt") in copied
+    assert (tmp_path / "models" / "gpu-en-de.pt").read_bytes() == (out / "pretrained" / "gpu-en-de.pt").read_bytes()
+    assert set(json.loads(registry.read_text())) == {"other", "gpu-en-de", "gpu-de-en"}
+    assert str(tmp_path / "models" / "gpu-en-de.pt") in copied
 
 
 def test_the_gpu_profile_needs_a_gpu_and_results_hold_no_rehearsal(tmp_path, capsys):

@@ -77,10 +77,10 @@ def test_load_run_and_missing_files(run_dir, tmp_path):
     assert run["metrics"]["updates"] == 6000
     # one line per sentence: an empty output stays a line, and U+2028 inside a line does not split it
     assert results.hypotheses(run, "test2016") == ["Ein Hund läuft.", "", "Zwei\u2028Katzen."]
-    assert results.missing("de-en") == ("de-en: not stored yet. It is made on a GPU by\n"
-                                        "    python -m aiayn.plan run final --out DIR\n"
-                                        "and copied into results/ by\n"
-                                        "    python -m aiayn.plan install DIR")
+    assert results.missing("gpu-de-en") == ("gpu-de-en: not stored yet. It is made on a GPU by\n"
+                                            "    python -m aiayn.experiment --recipe gpu --direction de-en --out\n"
+                                            "      results/gpu-de-en")
+    assert "--layers torch" in results.missing("gpu-floor-en-de")
     assert results.missing("cpu-de-en") == ("cpu-de-en: not stored yet. It is made by\n"
                                             "    python -m aiayn.experiment --recipe cpu --direction de-en --out\n"
                                             "      results/cpu-de-en")
@@ -215,7 +215,8 @@ def test_results_reads_files_and_trains_nothing():
     assert "aiayn.training" not in loaded and "aiayn.experiment" not in loaded and "aiayn.plan" not in loaded
     from aiayn import experiment
     assert results.SPLITS == experiment.SCORED
-    assert {name for name, (_, cmd) in results.RUNS.items() if cmd == "gpu"} == set(__import__("aiayn.plan").plan.FINAL_RUNS)
+    assert set(results.GPU_RUNS) == set(__import__("aiayn.plan").plan.FINAL_RUNS)
+    assert results.SEEDS == __import__("aiayn.plan").plan.SEEDS
 
 
 def test_search_and_checks_tables(run_dir, tmp_path):
