@@ -44,12 +44,14 @@ def provenance(command: str, device: torch.device) -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
     cpu = {"cpu": cpu_name(), "cpu_cores": os.cpu_count(), "cpu_features": cpu_features()}
+    declared = os.environ.get("AIAYN_GIT_COMMIT")
     return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu['cpu']}",
             **cpu, "threads": torch.get_num_threads(),
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
-            "python": platform.python_version(), "git_commit": git("rev-parse", "HEAD") or os.environ.get("AIAYN_GIT_COMMIT"),
-            # a copy without .git: the commit comes from AIAYN_GIT_COMMIT, set by whoever copied a clean checkout there
-            **_changes(git("diff", "--name-only", "HEAD").splitlines()),  # the tracked files that differ
+            # a copy of a checkout (no .git, or another history): AIAYN_GIT_COMMIT names the commit it holds, set by
+            # whoever copied it there, and the changes are counted against that commit where git knows it
+            "python": platform.python_version(), "git_commit": declared or git("rev-parse", "HEAD"),
+            **_changes(git("diff", "--name-only", declared or "HEAD").splitlines()),  # the tracked files that differ
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command,
             "concurrent_runs": int(os.environ.get("AIAYN_CONCURRENT_RUNS", "1"))}  # runs sharing the device
