@@ -37,8 +37,9 @@ RUNS = {  # stored run -> (whose layers, the command that writes it)
     # direction (SEEDS); python -m aiayn.plan run final makes all eight
     **{f"gpu-{floor}{d}": ("floor" if floor else "ours",
                            f"python -m aiayn.experiment --recipe gpu "
-                           f"--direction {d}{' --layers torch' if floor else ''}"
-                           f" --out results/gpu-{floor}{d}")
+                           f"--direction {d}"
+                           + (" --layers torch" if floor else "")
+                           + f" --out results/gpu-{floor}{d}")
        for floor in ("", "floor-") for d in DIRECTIONS}}
 GPU_RUNS = tuple(name for name in RUNS if name.startswith("gpu-"))
 SEARCH = "cpu-search"  # the runs that chose the CPU recipe, on val only
