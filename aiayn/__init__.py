@@ -1,6 +1,31 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), as built by the book.
 
-Each module is written by one chapter (see ``aiayn._export``); import from the modules directly,
-for example ``from aiayn.attention import attention``.
+Import from the modules directly, for example ``from aiayn.attention import attention``.
+
+The chapters write the model and its parts (``python -m aiayn._export`` copies their ``#| export`` cells; each of
+these modules says on its first line which chapter it comes from):
+
+    attention       §3.2.1  scaled dot-product attention, masks          book/02_attention.ipynb
+    multi_head      §3.2.2  multi-head attention                         book/03_multi_head.ipynb
+    feed_forward    §3.3    position-wise feed-forward network           book/04_feed_forward.ipynb
+    embeddings      §3.4    shared embeddings and softmax                book/05_embeddings.ipynb
+    positional      §3.5    sinusoidal positional encoding               book/06_positional_encoding.ipynb
+    model           §3.1    encoder, decoder, the full model             book/07_model.ipynb
+    complexity      §4      the layers of Table 1, measured              book/08_why_self_attention.ipynb
+    tokenization,   §5.1    joint BPE, batches by token count            book/09_data.ipynb
+    batching
+    training        §5.2-4  optimizer, schedule, label smoothing, loop   book/10_training.ipynb
+    decoding, bleu  §6.1    beam search, averaging, BLEU                 book/11_decoding.ipynb
+    floor, results  §6.1    nn.Transformer's layers; the results pages   book/12_results.ipynb
+
+The machinery around them is written by hand:
+
+    runs            data (Multi30k), corpus (the encoded cache), experiment (one run of §6.1), health (a failed
+                    run's signs), variations (Table 3), plan (the GPU stages), provenance, pretrained (shipped models)
+    course          course, checks, _nbgrader (the graded exercises)
+    site            _book (executes chapters), _export (writes the modules above), glue
 """
+from pathlib import Path
+
 __version__ = "0.1.0"
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (or clone) that holds book/, results/ and pretrained/

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from aiayn import ROOT
 
 
 def execute(path: Path, timeout: int = 1800, into: Path | None = None) -> float:

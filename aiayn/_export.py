@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from aiayn import ROOT
 BOOK, PACKAGE = ROOT / "book", ROOT / "aiayn"
 HEADER = "# Generated from {sources} by `python -m aiayn._export`. Edit the chapter, not this file.\n"
 _DEFAULT = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.M)

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from aiayn import ROOT
 BOOK = ROOT / "book"
 COURSE = ROOT / "course"  # assignment notebooks beyond the chapters, with the same markers
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"

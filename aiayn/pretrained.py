@@ -31,7 +31,7 @@ from aiayn.floor import build
 from aiayn.model import TransformerConfig
 from aiayn.tokenization import Tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+from aiayn import ROOT
 REGISTRY = Path(os.environ.get("AIAYN_PRETRAINED_REGISTRY") or Path(__file__).with_name("pretrained.json"))
 FOLDER = ROOT / "pretrained"  # where a checkout keeps the files
 URLS = ("https://raw.githubusercontent.com/aiayn-book/aiayn/main/pretrained/{file}",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from aiayn import ROOT
 
 
 def _changes(changed: list[str]) -> dict:
