@@ -97,3 +97,70 @@ def test_colab_links_point_at_existing_notebooks():
     in_toc = set(re.findall(r"file: (book/\S+)", (ROOT / "_toc.yml").read_text()))
     chapters = sorted((ROOT / "book").glob("*.ipynb"))
     assert linked == {f"book/{p.name}" for p in chapters if f"book/{p.stem}" in in_toc}
+
+
+# Run in each page after MathJax has typeset it: every display equation and table wider than the text column
+# (article.bd-article) at the window's width, with its section.
+WIDTH_PROBE = """<script>
+(function () {
+  function report() {
+    const column = document.querySelector("article.bd-article");
+    const limit = column.getBoundingClientRect().width + 1;
+    const section = (el) => {
+      const s = el.closest("section"), h = s && s.querySelector("h1, h2, h3");
+      return h ? h.textContent.replace(/#$/, "").trim() : "";
+    };
+    const wide = [];
+    column.querySelectorAll("mjx-container[display=true] > mjx-math").forEach((el) => {
+      const w = el.getBoundingClientRect().width, math = el.closest("div.math");
+      if (w > limit) wide.push({kind: "equation", id: math ? math.id : "", section: section(el), width: w});
+    });
+    column.querySelectorAll("table").forEach((el) => {
+      if (el.scrollWidth > limit) wide.push({kind: "table", section: section(el), width: el.scrollWidth,
+                                             start: el.textContent.trim().slice(0, 60)});
+    });
+    const pre = document.createElement("pre");
+    pre.id = "width-report";
+    pre.textContent = JSON.stringify({column: limit - 1, wide: wide});
+    document.body.appendChild(pre);
+  }
+  window.addEventListener("load", function () {
+    const mathjax = window.MathJax && MathJax.startup && MathJax.startup.promise;
+    (mathjax || Promise.resolve()).then(report);
+  });
+})();
+</script>"""
+
+
+def too_wide(page: Path, tmp_path: Path, width: int = 1280) -> dict:
+    """{"column": the text column's width in px, "wide": the equations and tables wider than it} for a built page
+    drawn by Chromium, offline, in a window `width` px wide."""
+    probe = page.with_name(f"_width_probe_{page.name}")  # beside the page, so that its relative links resolve
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", WIDTH_PROBE + "</body>"), encoding="utf-8")
+    try:
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+             "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'chromium-width'}",
+             f"--window-size={width},900", "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()],
+            capture_output=True, text=True, timeout=120, check=True).stdout
+    finally:
+        probe.unlink()
+    found = re.search(r'<pre id="width-report"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, f"{page.name}: the width probe did not report (did MathJax load?)"
+    return json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_no_equation_or_table_is_wider_than_the_column_at_1280px(tmp_path):
+    """Nothing the reader needs scrolls sideways or is cut at 1280 px (a narrow phone may scroll inside a box)."""
+    pages = sorted((ROOT / "_build" / "html" / "book").glob("*.html"))
+    if not pages:
+        pytest.skip("no built site: run `make book` first (CI builds the site before the tests)")
+    problems = []
+    for page in pages:
+        report = too_wide(page, tmp_path)
+        problems += [f"{page.name}, section '{w['section']}': {w['kind']} {w.get('id') or w.get('start', '')} is "
+                     f"{w['width']:.0f} px, the column {report['column']:.0f} px" for w in report["wide"]]
+    assert not problems, ("wider than the text column at 1280 px:\n  " + "\n  ".join(problems) + "\nWhat to do: "
+                          "break the equation over lines (aligned rows, or \\\\ inside split), or narrow the table")
