@@ -344,7 +344,6 @@ def search_table(runs: dict[str, dict]) -> pd.DataFrame:
             "warmup": m["train_config"]["warmup"],
             "precision": m["precision"], "updates": m["updates"],
             "val ppl": m["val"]["ppl"], "val BLEU": val["tok_lc"]["score"],
-            "val sacreBLEU": val["sacrebleu"]["score"],
             "source gain": m["checks"]["source"]["gain"],
             "warnings": len(m["warnings"]),
             "train min": m["provenance"]["wall_s"]["train"] / 60})

@@ -111,13 +111,22 @@ WIDTH_PROBE = """<script>
       return h ? h.textContent.replace(/#$/, "").trim() : "";
     };
     const wide = [];
-    column.querySelectorAll("mjx-container[display=true] > mjx-math").forEach((el) => {
-      const w = el.getBoundingClientRect().width, math = el.closest("div.math");
-      if (w > limit) wide.push({kind: "equation", id: math ? math.id : "", section: section(el), width: w});
+    // an equation is cut when its content reaches past its own box (a numbered one's box leaves room for the
+    // number) or the box past the column
+    column.querySelectorAll("mjx-container[display=true]").forEach((el) => {
+      const box = el.getBoundingClientRect(), math = el.closest("div.math");
+      let right = box.right;
+      el.querySelectorAll("*").forEach((d) => {
+        const r = d.getBoundingClientRect();
+        if (r.width > 0) right = Math.max(right, r.right);
+      });
+      const need = Math.max(el.scrollWidth, right - box.left), room = Math.min(el.clientWidth, limit);
+      if (need > room + 1) wide.push({kind: "equation", id: math ? math.id : "", section: section(el),
+                                      width: need, room: room});
     });
     column.querySelectorAll("table").forEach((el) => {
       if (el.scrollWidth > limit) wide.push({kind: "table", section: section(el), width: el.scrollWidth,
-                                             start: el.textContent.trim().slice(0, 60)});
+                                             start: el.textContent.trim().replace(/\s+/g, " ").slice(0, 60)});
     });
     const pre = document.createElement("pre");
     pre.id = "width-report";
@@ -161,6 +170,7 @@ def test_no_equation_or_table_is_wider_than_the_column_at_1280px(tmp_path):
     for page in pages:
         report = too_wide(page, tmp_path)
         problems += [f"{page.name}, section '{w['section']}': {w['kind']} {w.get('id') or w.get('start', '')} is "
-                     f"{w['width']:.0f} px, the column {report['column']:.0f} px" for w in report["wide"]]
+                     f"{w['width']:.0f} px, with room for {w.get('room', report['column']):.0f} px"
+                     for w in report["wide"]]
     assert not problems, ("wider than the text column at 1280 px:\n  " + "\n  ".join(problems) + "\nWhat to do: "
                           "break the equation over lines (aligned rows, or \\\\ inside split), or narrow the table")
