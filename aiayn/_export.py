@@ -2,7 +2,8 @@
 
 A chapter names its module once, in a code cell line ``#| default_exp attention``. Every code cell
 whose first line is ``#| export`` (or ``#| export other_module``) is copied, in order, into
-``aiayn/<module>.py``.
+``aiayn/<module>.py``, under a comment that names its chapter and section, so that a reader of the module finds the
+prose.
 
     python -m aiayn._export           # regenerate the package from book/*.ipynb
     python -m aiayn._export --check   # exit 1 if the package differs from the chapters
@@ -20,6 +21,7 @@ BOOK, PACKAGE = ROOT / "book", ROOT / "aiayn"
 HEADER = "# Generated from {sources} by `python -m aiayn._export`. Edit the chapter, not this file.\n"
 _DEFAULT = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.M)
 _EXPORT = re.compile(r"^#\|\s*export(?:\s+([A-Za-z_]\w*))?\s*$")
+_HEADING = re.compile(r"^#{1,4}\s+(.+)$", re.M)
 
 
 def _source(cell: dict) -> str:
@@ -31,9 +33,15 @@ def collect(book: Path = BOOK) -> dict[str, tuple[list[str], list[str]]]:
     """Map module name -> (source notebooks, code blocks), in chapter order."""
     modules: dict[str, tuple[list[str], list[str]]] = {}
     for nb_path in sorted(book.glob("*.ipynb")):
-        cells = [c for c in json.loads(nb_path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
-        default = next((m.group(1) for c in cells for m in [_DEFAULT.search(_source(c))] if m), None)
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+        default = next((m.group(1) for c in cells if c["cell_type"] == "code"
+                        for m in [_DEFAULT.search(_source(c))] if m), None)
+        heading = ""  # the section a cell sits in: the generated module names it above the cell's code
         for cell in cells:
+            if cell["cell_type"] == "markdown":
+                titles = _HEADING.findall(_source(cell))
+                heading = titles[-1].strip() if titles else heading
+                continue
             first, _, body = _source(cell).partition("\n")
             match = _EXPORT.match(first)
             if not match:
@@ -45,7 +53,10 @@ def collect(book: Path = BOOK) -> dict[str, tuple[list[str], list[str]]]:
             rel = f"book/{nb_path.name}"
             if rel not in sources:
                 sources.append(rel)
-            blocks.append(body.strip("\n"))
+            where = f"# {rel}: {heading}" if heading else f"# {rel}"
+            if len(where) > 79:  # the modules keep to 79 columns, as the chapters' code does
+                where = where[:76] + "..."
+            blocks.append(where + "\n" + body.strip("\n"))
     return modules
 
 

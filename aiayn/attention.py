@@ -1,11 +1,13 @@
 # Generated from book/02_attention.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/02_attention.ipynb: The equation
 import math
 
 import torch
 import torch.nn.functional as F
 
 
+# book/02_attention.ipynb: The equation
 def _allow_empty_rows(mask: torch.Tensor):
     """A query with no key to attend to would divide 0 by 0 in the softmax.
 
@@ -40,6 +42,7 @@ def attention(query, key, value, mask=None, dropout_p: float = 0.0):
     return weights @ value, weights  # (..., len_q, d_v), (..., len_q, len_k)
 
 
+# book/02_attention.ipynb: Masks: who may attend to whom
 def subsequent_mask(size: int, device=None) -> torch.Tensor:
     """Causal mask, §3.2.3: True where query i may attend to key j, j <= i."""
     ones = torch.ones(size, size, dtype=torch.bool, device=device)
@@ -52,6 +55,7 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]  # (batch, 1, 1, len_k)
 
 
+# book/02_attention.ipynb: The fast path
 def attend(query, key, value, mask=None, dropout_p: float = 0.0,
            need_weights: bool = False):
     """Equation (1) by the fastest route: PyTorch's fused kernel, unless the

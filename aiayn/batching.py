@@ -1,5 +1,6 @@
 # Generated from book/09_data.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/09_data.ipynb: Batching by a token budget
 """Batches for §5.1: sentence pairs of similar length share a batch whose
 padded size stays within a token budget."""
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+# book/09_data.ipynb: Batching by a token budget
 def example_lengths(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
 ) -> list[tuple[int, int]]:
@@ -43,6 +45,7 @@ def padding_fraction(
     return 1 - real / sum(padded_tokens(batch, lengths) for batch in batches)
 
 
+# book/09_data.ipynb: Batching by a token budget
 def token_batches(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,
@@ -80,6 +83,7 @@ def token_batches(
     return batches
 
 
+# book/09_data.ipynb: Batching by a token budget
 def collate(
     batch: list[tuple[list[int], list[int]]],
     pad_id: int = 0,
@@ -102,6 +106,7 @@ def collate(
     return src_t, tgt_in, tgt_out
 
 
+# book/09_data.ipynb: Batches built once
 class Batch(tuple):
     """A batch (src, tgt_in, tgt_out) that also knows its number of target
     tokens, counted when it was built."""

@@ -1,5 +1,6 @@
 # Generated from book/11_decoding.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/11_decoding.ipynb: BLEU, from scratch
 """§6.1's metric: corpus BLEU (Papineni et al., 2002) as sacreBLEU computes
 it: 13a tokens, 'exp' smoothing."""
 import math
@@ -33,6 +34,7 @@ def tokenize_13a(line: str) -> str:
     return " ".join(line.split())
 
 
+# book/11_decoding.ipynb: BLEU, from scratch
 def ngrams(tokens: list[str], n: int) -> Counter:
     """The multiset of n-grams (tuples of n consecutive tokens)."""
     return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
@@ -60,6 +62,7 @@ def ngram_stats(hypothesis: list[str], references: list[list[str]],
     return len(hypothesis), ref_len, matches, totals
 
 
+# book/11_decoding.ipynb: BLEU, from scratch
 def brevity_penalty(sys_len: int, ref_len: int) -> float:
     """BP = 1 if the output is at least as long as the references, else
     exp(1 - r/c) (0 for an empty output)."""

@@ -1,5 +1,6 @@
 # Generated from book/08_why_self_attention.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/08_why_self_attention.ipynb: Four layers, one interface
 import math
 import time
 import weakref
@@ -14,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from aiayn.attention import attention
 
 
+# book/08_why_self_attention.ipynb: Four layers, one interface
 class SelfAttention(nn.Module):
     """Table 1, row 1: Equation (1) with Q = K = V = x; every position
     attends to every position."""
@@ -41,6 +43,7 @@ class Recurrent(nn.Module):
         return torch.stack(states, dim=1)  # (batch, n, d)
 
 
+# book/08_why_self_attention.ipynb: Four layers, one interface
 def _check_odd(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 1 or value % 2 == 0:
         raise ValueError(f"{name} must be a positive odd integer (a window "
@@ -77,6 +80,7 @@ class SeparableConvolutional(nn.Module):
         return y.transpose(1, 2)  # (batch, n, d)
 
 
+# book/08_why_self_attention.ipynb: Four layers, one interface
 class RestrictedSelfAttention(nn.Module):
     """Table 1, row 4: each position attends to the r positions of a window
     centred on it (r odd)."""
@@ -99,6 +103,7 @@ class RestrictedSelfAttention(nn.Module):
         return z[:, :, 0, :]  # (batch, n, d)
 
 
+# book/08_why_self_attention.ipynb: Complexity per layer, counted
 TABLE_1 = {  # the paper's Table 1: complexity, sequential ops, path length
     "self-attention": ("O(n^2 d)", "O(1)", "O(1)"),
     "recurrent": ("O(n d^2)", "O(n)", "O(n)"),
@@ -139,6 +144,7 @@ def make_layers(d: int, k: int = 3, r: int = 5) -> dict[str, nn.Module]:
             "restricted": RestrictedSelfAttention(r)}
 
 
+# book/08_why_self_attention.ipynb: Sequential operations and time
 class OpsAndMemory(TorchDispatchMode):
     """Counts the operations a forward pass dispatches and the peak bytes
     held by the tensors it creates (§4)."""
@@ -176,6 +182,7 @@ class OpsAndMemory(TorchDispatchMode):
         return out
 
 
+# book/08_why_self_attention.ipynb: Sequential operations and time
 def measure(layer: nn.Module, n: int, d: int, batch: int = 1,
             repeats: int = 3, device="cpu") -> dict:
     """Forward time (best of `repeats`, s), peak extra memory (bytes) and
@@ -223,6 +230,7 @@ def measure_layers(ns, d: int, k: int = 3, r: int = 5, batch: int = 1,
     return results
 
 
+# book/08_why_self_attention.ipynb: Maximum path length
 def layers_needed(kind: str, j: int, k: int = 3, r: int = 5) -> int:
     """§4, Table 1's last column, exactly: layers a stack needs before
     output 0 depends on input j (at least 1)."""

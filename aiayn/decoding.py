@@ -1,5 +1,6 @@
 # Generated from book/11_decoding.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/11_decoding.ipynb: Decoding is a search
 """§6.1: greedy and beam search (GNMT length penalty), batched, with an
 incremental key/value cache; translate()."""
 import contextlib
@@ -36,6 +37,7 @@ def eval_mode(model):
         model.train(was_training)
 
 
+# book/11_decoding.ipynb: Decoding is a search
 def next_log_probs(model, tokens, memory, src_mask, cache=None):
     """log p(y_t | y_<t, x) for every prefix in ``tokens`` (rows, t), which
     start with <s>; -inf for <pad> and <s>.
@@ -64,6 +66,7 @@ def strip_specials(ids, pad_id: int = 0) -> list[int]:
     return out
 
 
+# book/11_decoding.ipynb: Greedy decoding
 def greedy_decode(model, src, max_len: int | None = None,
                   use_cache: bool = True):
     """Take the most probable token at every step. Returns token-id lists
@@ -94,12 +97,14 @@ def greedy_decode(model, src, max_len: int | None = None,
     return [strip_specials(row, pad) for row in tokens], scores
 
 
+# book/11_decoding.ipynb: Beam search with a length penalty
 def length_penalty(length, alpha: float):
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016), which §6.1 uses
     with α = 0.6."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
+# book/11_decoding.ipynb: Beam search with a length penalty
 def reorder_cache(cache, rows) -> None:
     """Let every beam continue from its parent: gather the self-attention
     keys and values along dim 0.
@@ -114,6 +119,7 @@ def reorder_cache(cache, rows) -> None:
                     part[key] = tensor.index_select(0, rows)
 
 
+# book/11_decoding.ipynb: Beam search with a length penalty
 def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6,
                 max_len: int | None = None, use_cache: bool = True,
                 trace: list | None = None):
@@ -184,6 +190,7 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6,
     return [strip_specials(row, pad) for row in hyps], best_scores
 
 
+# book/11_decoding.ipynb: Translating strings
 def translate_ids(model, ids, beam_size: int = 4, alpha: float = 0.6,
                   batch_size: int = 64,
                   max_len: int | None = None) -> list[list[int]]:
@@ -252,6 +259,7 @@ def translate(model, tokenizer, sentences, beam_size: int = 4,
     return out[0] if single else out
 
 
+# book/11_decoding.ipynb: Checkpoint averaging
 def _state_dict(checkpoint) -> dict:
     """A state dict from a dict or a file (torch.load runs pickled code: only
     load files you trust)."""

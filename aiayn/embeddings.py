@@ -1,10 +1,12 @@
 # Generated from book/05_embeddings.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/05_embeddings.ipynb: The embedding layer
 import math
 
 from torch import nn
 
 
+# book/05_embeddings.ipynb: The embedding layer
 class Embeddings(nn.Module):
     """§3.4: learned token embeddings, multiplied by sqrt(d_model)."""
 

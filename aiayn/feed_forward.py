@@ -1,8 +1,10 @@
 # Generated from book/04_feed_forward.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/04_feed_forward.ipynb: The equation
 from torch import nn
 
 
+# book/04_feed_forward.ipynb: The equation
 class PositionwiseFeedForward(nn.Module):
     """§3.3, Equation (2): FFN(x) = max(0, x W_1 + b_1) W_2 + b_2.
 

@@ -1,5 +1,6 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/12_results.ipynb: The floor: PyTorch's own layers
 """The floor of §6.1: PyTorch's own nn.Transformer layers inside the book's
 model, trained and evaluated alike."""
 import torch

@@ -1,5 +1,6 @@
 # Generated from book/07_model.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/07_model.ipynb: §3.1 Encoder and decoder stacks: the full model
 from dataclasses import dataclass, replace
 
 from torch import nn
@@ -11,6 +12,7 @@ from aiayn.multi_head import MultiHeadAttention
 from aiayn.positional import PositionalEncoding
 
 
+# book/07_model.ipynb: The configuration
 @dataclass(frozen=True)
 class TransformerConfig:
     """Hyperparameters with the paper's names (Table 3).
@@ -61,6 +63,7 @@ class TransformerConfig:
         return replace(self, **changes)
 
 
+# book/07_model.ipynb: The configuration
 PRESETS = {
     "base": TransformerConfig(),
     "big": TransformerConfig(d_model=1024, d_ff=4096, h=16, P_drop=0.3),
@@ -69,6 +72,7 @@ PRESETS = {
 }
 
 
+# book/07_model.ipynb: Residual connection and layer normalisation
 class SublayerConnection(nn.Module):
     """§3.1: LayerNorm(x + Dropout(Sublayer(x))) (post-LN); pre-LN computes
     x + Dropout(Sublayer(LayerNorm(x)))."""
@@ -86,6 +90,7 @@ class SublayerConnection(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
+# book/07_model.ipynb: The encoder and decoder layers
 class EncoderLayer(nn.Module):
     """§3.1: multi-head self-attention, then the position-wise FFN, each
     wrapped in a SublayerConnection."""
@@ -105,6 +110,7 @@ class EncoderLayer(nn.Module):
         return self.sublayer[1](x, self.feed_forward)
 
 
+# book/07_model.ipynb: The encoder and decoder layers
 class DecoderLayer(nn.Module):
     """§3.1: masked self-attention, attention over the encoder output, then
     the FFN."""
@@ -132,6 +138,7 @@ class DecoderLayer(nn.Module):
         return self.sublayer[2](x, self.feed_forward)
 
 
+# book/07_model.ipynb: The stacks
 class Encoder(nn.Module):
     """A stack of N identical encoder layers (pre-LN adds a final
     LayerNorm)."""
@@ -164,6 +171,7 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
+# book/07_model.ipynb: The full model
 class Transformer(nn.Module):
     """Figure 1: the encoder-decoder model, with source, target and
     pre-softmax weights tied (§3.4)."""
@@ -220,6 +228,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask))
 
 
+# book/07_model.ipynb: Initialisation
 def _init_weights(model: nn.Module) -> None:
     """Embedding tables N(0, 1/d_model) (tensor2tensor), W^Q, W^K, W^V
     Xavier-uniform with gain 1/sqrt(2) (fairseq), every other matrix
@@ -250,6 +259,7 @@ def make_model(config: TransformerConfig | str = "base",
     return model
 
 
+# book/07_model.ipynb: A model summary
 def count_parameters(model: nn.Module) -> int:
     """Trainable parameters, each shared tensor counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,11 +1,13 @@
 # Generated from book/03_multi_head.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/03_multi_head.ipynb: The equations
 import torch
 from torch import nn
 
 from aiayn.attention import attend
 
 
+# book/03_multi_head.ipynb: The equations
 class MultiHeadAttention(nn.Module):
     """§3.2.2, Figure 2 (right): h heads of Equation (1) on learned
     projections, concatenated, then W^O.

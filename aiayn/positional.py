@@ -1,11 +1,13 @@
 # Generated from book/06_positional_encoding.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/06_positional_encoding.ipynb: The sinusoids
 import math
 
 import torch
 from torch import nn
 
 
+# book/06_positional_encoding.ipynb: The sinusoids
 def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
     PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
@@ -18,6 +20,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
     return pe.float()  # (max_len, d_model)
 
 
+# book/06_positional_encoding.ipynb: $PE_{pos+k}$ is a linear function of $P...
 def shift_matrix(k: int, d_model: int) -> torch.Tensor:
     """§3.5: the block-diagonal rotation M_k with PE[pos + k] = M_k @ PE[pos]
     for every pos (even d_model)."""
@@ -29,6 +32,7 @@ def shift_matrix(k: int, d_model: int) -> torch.Tensor:
     return torch.block_diag(*blocks).float()  # (d_model, d_model)
 
 
+# book/06_positional_encoding.ipynb: The layer: add, then dropout
 class PositionalEncoding(nn.Module):
     """§3.5 and §5.4: add position information to the embeddings, then
     apply dropout to the sum.

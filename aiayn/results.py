@@ -1,5 +1,6 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/12_results.ipynb: The stored runs
 """§6.1 results: read the stored runs (the CPU recipe's, and the GPU
 recipe's when a GPU was lent), set them beside the paper, the literature and
 the floor. Reads files only: nothing here trains."""
@@ -53,6 +54,7 @@ STAGE = {  # what the GPU plan writes besides the runs, and in which stage
     "variations": "search", "scaling.json": "search", "recipe.json": "search"}
 
 
+# book/12_results.ipynb: The stored runs
 def load_json(path) -> dict | None:
     """A JSON file as a dict, or None when the file is not there."""
     path = Path(path)
@@ -114,6 +116,7 @@ def wrap(text: str, width: int = 79) -> str:
     return "\n".join(out)
 
 
+# book/12_results.ipynb: The stored runs
 def provenance_line(report: dict) -> str:
     """Where a stored figure came from: device, torch and CUDA, commit, date,
     wall time, sharing and command line."""
@@ -166,6 +169,7 @@ def describe(run: dict, label: str) -> str:
                 f"  sacreBLEU signature: {signature}")
 
 
+# book/12_results.ipynb: BLEU against the paper, the literature and the floor
 SACREBLEU = "cased sacreBLEU (13a)"
 TOK_LC = "lowercased Moses-tokenised BLEU"
 TEST_SETS = {"val": "Multi30k val", "test2016": "Multi30k test 2016",
@@ -186,6 +190,7 @@ ANCHORS = pd.DataFrame([  # published figures, as their papers report them
 ], columns=["system", "direction", "test set", "metric", "BLEU", "note"])
 
 
+# book/12_results.ipynb: BLEU against the paper, the literature and the floor
 def our_rows(label: str, run: dict, split: str = "test2016") -> pd.DataFrame:
     """A run's two BLEU figures on one split, as rows of the comparison
     table."""
@@ -253,6 +258,7 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
     return fig
 
 
+# book/12_results.ipynb: Did the runs work?
 def checks_table(runs: dict[str, dict], labels: dict[str, str]
                  ) -> pd.DataFrame:
     """The signs of a failed run (aiayn.health), run by run: how alike the
@@ -272,6 +278,7 @@ def checks_table(runs: dict[str, dict], labels: dict[str, str]
     return pd.DataFrame(rows).T
 
 
+# book/12_results.ipynb: Loss and perplexity
 def history_frames(history: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-update training curve (step, loss, lr, epoch) and per-epoch
     validation (epoch, step, val_loss, val_ppl)."""
@@ -319,6 +326,7 @@ def plot_history(histories: dict[str, dict]):
     return fig
 
 
+# book/12_results.ipynb: The CPU recipe and the search that chose it
 def peak_lr(metrics: dict) -> float:
     """The largest learning rate of a run's schedule, Equation (3) at
     update `warmup`: factor · d_model^-0.5 · warmup^-0.5."""
@@ -350,6 +358,7 @@ def search_table(runs: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("run")
 
 
+# book/12_results.ipynb: Example translations
 def sentence_frame(sources: list[str], references: list[str],
                    hyps: list[str]) -> pd.DataFrame:
     """One row per sentence: the texts, sentence-level sacreBLEU and word
@@ -401,6 +410,7 @@ def error_profile(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("sign")
 
 
+# book/12_results.ipynb: The trained attention
 KINDS = {  # kind -> (name, query side, key side)
     "enc_self": ("encoder self-attention", "src", "src"),
     "dec_self": ("decoder self-attention", "tgt", "tgt"),
@@ -486,6 +496,7 @@ def attention_chart(att: dict, k: int, kind: str, cell: int = 18,
         width=width, height=height, description=description)
 
 
+# book/12_results.ipynb: The trained attention
 def head_summary(att: dict) -> pd.DataFrame:
     """Per kind of attention and layer, over the stored sentences: the
     mean entropy of a row of weights (nats; 0 = one key only) and the share
@@ -518,6 +529,7 @@ def head_summary(att: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["attention", "layer"])
 
 
+# book/12_results.ipynb: Speed
 def train_benchmark_table(report: dict) -> pd.DataFrame:
     """benchmarks/train_throughput.py: tokens/s, ms per update, parameters
     and MFU of ours and nn.Transformer."""

@@ -1,5 +1,6 @@
 # Generated from book/09_data.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/09_data.ipynb: From text to words: spaCy's tokenisers
 """Tokenisation for §5.1: spaCy words, then one byte-pair-encoding
 vocabulary shared by English and German."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ LANGS = ("en", "de")
 _SPACY: dict = {}  # lang -> spaCy's tokeniser, made on first use
 
 
+# book/09_data.ipynb: From text to words: spaCy's tokenisers
 def spacy_tokenizer(lang: str):
     """spaCy's rule-based tokeniser for `lang` ("en" or "de").
 
@@ -60,6 +62,7 @@ def word_counts(
     return counts
 
 
+# book/09_data.ipynb: Subwords: a joint byte-pair encoding
 class Tokenizer:
     """Joint BPE over spaCy words with one vocabulary for both languages
     (§5.1; Sennrich et al., 2016)."""
@@ -214,6 +217,7 @@ class Tokenizer:
             ) from err
 
 
+# book/09_data.ipynb: Subwords: a joint byte-pair encoding
 def encode_pairs(
     tokenizer: Tokenizer,
     pairs: Iterable[tuple[str, str]],

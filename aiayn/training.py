@@ -1,5 +1,6 @@
 # Generated from book/10_training.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
+# book/10_training.ipynb: §5.2–5.4 Optimizer, schedule, regularization and t...
 """§5.2–5.4: the paper's optimizer and learning-rate schedule, label
 smoothing, and one training loop."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tqdm import tqdm
 from aiayn.model import TransformerConfig
 
 
+# book/10_training.ipynb: §5.3 The learning-rate schedule
 def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """§5.3, Equation (3), for step >= 1:
     factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)."""
@@ -32,6 +34,7 @@ def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+# book/10_training.ipynb: The optimizer, and one schedule step per update
 def make_optimizer(
     model: nn.Module,
     d_model: int,
@@ -51,6 +54,7 @@ def make_optimizer(
     return optimizer, scheduler
 
 
+# book/10_training.ipynb: §5.4 Label smoothing
 class LabelSmoothingLoss(nn.Module):
     """§5.4: cross-entropy against a smoothed target: 1 - eps_ls on the true
     token, eps_ls spread evenly over the V - 2 tokens that are neither the
@@ -91,6 +95,7 @@ class LabelSmoothingLoss(nn.Module):
         return loss.masked_fill(~keep, 0.0).sum()
 
 
+# book/10_training.ipynb: Comparison with `F.cross_entropy(label_smoothing=....
 def token_nll(
     logits: torch.Tensor, target: torch.Tensor, pad_id: int = 0
 ) -> torch.Tensor:
@@ -104,6 +109,7 @@ def token_nll(
     )
 
 
+# book/10_training.ipynb: The training loop
 @dataclass
 class TrainConfig:
     """Settings of a training run (§5.2–5.4). Batches come from the caller;
@@ -130,6 +136,7 @@ class TrainConfig:
     log: bool = True  # one line per epoch
 
 
+# book/10_training.ipynb: Checkpoints that resume exactly
 def rng_state() -> dict:
     """Every random generator the loop touches: Python, torch CPU and (if
     present) CUDA."""
@@ -146,6 +153,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# book/10_training.ipynb: Checkpoints that resume exactly
 FORMAT = "aiayn-train-1"
 
 
@@ -215,6 +223,7 @@ def read_checkpoint(
     return state
 
 
+# book/10_training.ipynb: Precision: what the hardware offers
 AMP_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
@@ -262,6 +271,7 @@ def make_scaler(precision: str, device) -> torch.amp.GradScaler:
     )
 
 
+# book/10_training.ipynb: Several GPUs
 def world() -> tuple[int, int]:
     """(rank, world size): (0, 1) unless torch.distributed has been
     initialised (torchrun)."""
@@ -270,6 +280,7 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+# book/10_training.ipynb: Several GPUs
 Batches = (
     Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     | Callable[[int], Iterable]
@@ -339,6 +350,7 @@ def evaluate(
     }
 
 
+# book/10_training.ipynb: The loop
 def _finite(model: nn.Module) -> bool:
     finite = [p.detach().isfinite().all() for p in model.parameters()]
     return bool(torch.stack(finite).all())
@@ -610,6 +622,7 @@ def train(
     return history
 
 
+# book/10_training.ipynb: A first run: the copy task
 def copy_batches(
     n_batches: int,
     batch_size: int,
@@ -635,6 +648,7 @@ def copy_batches(
     return out
 
 
+# book/10_training.ipynb: A first run: the copy task
 COPY_MODEL = {"vocab_size": 14, "N": 2, "d_model": 64, "d_ff": 128, "h": 4,
               "P_drop": 0.0, "max_len": 32}
 COPY_TRAIN = {"warmup": 100, "factor": 0.5, "epochs": 8}
@@ -650,6 +664,7 @@ def copy_task_data(vocab_size: int = 14) -> tuple[Callable[[int], list], list]:
     return train_batches, copy_batches(2, 32, 10, vocab_size, seed=2)
 
 
+# book/10_training.ipynb: A first run: the copy task
 @torch.no_grad()
 def greedy(
     model: nn.Module,

@@ -12,6 +12,7 @@ def test_export_collects_marked_cells_in_order(tmp_path):
     cells = [
         {"cell_type": "code", "source": "#| default_exp toy\nimport math"},
         {"cell_type": "markdown", "source": "#| export\nnot code"},
+        {"cell_type": "markdown", "source": "## The toy\n\nProse."},
         {"cell_type": "code", "source": "#| export\ndef f():\n    return 1\n"},
         {"cell_type": "code", "source": "print('not exported')"},
         {"cell_type": "code", "source": ["#| export other\n", "X = 2"]},
@@ -19,8 +20,9 @@ def test_export_collects_marked_cells_in_order(tmp_path):
     ]
     (tmp_path / "01_toy.ipynb").write_text(json.dumps({"cells": cells}))
     modules = _export.collect(tmp_path)
-    assert modules == {"toy": (["book/01_toy.ipynb"], ["def f():\n    return 1", "def g():\n    return 2"]),
-                       "other": (["book/01_toy.ipynb"], ["X = 2"])}
+    where = "# book/01_toy.ipynb: The toy\n"  # the chapter and section each block comes from
+    assert modules == {"toy": (["book/01_toy.ipynb"], [where + "def f():\n    return 1", where + "def g():\n    return 2"]),
+                       "other": (["book/01_toy.ipynb"], [where + "X = 2"])}
     text = _export.render(*modules["toy"])
     assert text.startswith("# Generated from book/01_toy.ipynb")
     assert text.endswith("def g():\n    return 2\n")
