@@ -210,15 +210,13 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
     common = recipe_argv(recipe, ["--bpe-size", str(profile["bpe_size"]), *p["args"]])
     bpe = int(common[common.index("--bpe-size") + 1])
     corpus.encoded(bpe)
-    runs = {name: ["--direction", direction, "--layers", layers, "--out", str(out / name), "--ckpt-dir",
+    specs = {name: (direction, layers, []) for name, (direction, layers) in FINAL_RUNS.items()}
+    specs.update({f"{SEEDS}/{direction}-seed{seed}": (direction, "aiayn",
+                                                      ["--seed", str(seed), "--splits", "val", "test2016"])
+                  for seed in p["seeds"] for direction in ("en-de", "de-en")})
+    runs = {name: ["--direction", direction, "--layers", layers, *extra, "--out", str(out / name), "--ckpt-dir",
                    str(scratch / name), "--time-budget", str(p["budget"]), *common]
-            for name, (direction, layers) in FINAL_RUNS.items()}
-    for seed in p["seeds"]:
-        for direction in ("en-de", "de-en"):
-            name = f"{SEEDS}/{direction}-seed{seed}"
-            runs[name] = ["--direction", direction, "--seed", str(seed), "--splits", "val", "test2016", "--out",
-                          str(out / name), "--ckpt-dir", str(scratch / name), "--time-budget", str(p["budget"]),
-                          *common]
+            for name, (direction, layers, extra) in specs.items()}
     for name in runs:
         shutil.rmtree(scratch / name, ignore_errors=True)
     codes = _experiments(runs, out / "logs", p["parallel"])

@@ -117,13 +117,19 @@ def wrap(text: str, width: int = 79) -> str:
 
 
 # book/12_results.ipynb: The stored runs
+def commit_of(provenance: dict) -> str:
+    """The commit whose code made a result: ``tree_commit`` where a GPU
+    machine ran a copy of the tree whose own git saw another history (its
+    ``git_commit`` is kept as it reported it), else ``git_commit``."""
+    return provenance.get("tree_commit") or provenance.get("git_commit") \
+        or "unknown"
+
+
 def provenance_line(report: dict) -> str:
     """Where a stored figure came from: device, torch and CUDA, commit, date,
     wall time, sharing and command line."""
     p = report["provenance"]
-    # tree_commit: the commit whose working tree a GPU machine ran (its own
-    # git saw another history, so its git_commit is kept but not shown)
-    commit = (p.get("tree_commit") or p.get("git_commit") or "unknown")[:10]
+    commit = commit_of(p)[:10]
     if p.get("git_dirty") and not p.get("tree_commit"):
         commit += " with uncommitted changes"
     cuda = f", CUDA {p['cuda']}" if p.get("cuda") else ""

@@ -35,15 +35,19 @@ def test_vendored_vega_matches_altair():
     assert re.search(rf'version="{alt.VEGA_VERSION}\.\d+\.\d+"', (VEGA / "vega.min.js").read_text())
 
 
-def drawn_charts(page: Path, tmp_path: Path) -> tuple[int, int]:
-    """(vega-embed elements, those with an svg or canvas inside) after Chromium ran the page with no network."""
-    dom = subprocess.run(
+def dom_offline(page: Path, profile: Path, *options: str, budget_ms: int = 10000) -> str:
+    """The DOM of `page` after headless Chromium ran it, with no network at all (a CDN fetch would fail)."""
+    return subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-         "--host-resolver-rules=MAP * ~NOTFOUND",  # no network at all: a CDN fetch would fail
-         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=10000", "--dump-dom",
-         page.as_uri()],
+         "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}", *options,
+         f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def drawn_charts(page: Path, tmp_path: Path) -> tuple[int, int]:
+    """(vega-embed elements, those with an svg or canvas inside) after Chromium ran the page with no network."""
+    dom = dom_offline(page, tmp_path / "chromium-profile")
     embeds = re.findall(r'<div[^>]*class="[^"]*vega-embed[^"]*"[^>]*>(.*?)</div>\s*(?:<script|</div>)', dom, re.S)
     return dom.count('id="altair-viz-'), sum(("<svg" in e or "<canvas" in e) for e in embeds)
 
@@ -147,12 +151,7 @@ def too_wide(page: Path, tmp_path: Path, width: int = 1280) -> dict:
     probe = page.with_name(f"_width_probe_{page.name}")  # beside the page, so that its relative links resolve
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", WIDTH_PROBE + "</body>"), encoding="utf-8")
     try:
-        dom = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-             "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'chromium-width'}",
-             f"--window-size={width},900", "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()],
-            capture_output=True, text=True, timeout=120, check=True).stdout
+        dom = dom_offline(probe, tmp_path / "chromium-width", f"--window-size={width},900", budget_ms=15000)
     finally:
         probe.unlink()
     found = re.search(r'<pre id="width-report"[^>]*>(.*?)</pre>', dom, re.S)
