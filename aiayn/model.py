@@ -17,7 +17,7 @@ from aiayn.positional import PositionalEncoding
 class TransformerConfig:
     """Hyperparameters with the paper's names (Table 3).
 
-    ``d_k=None`` means d_model / h; d_v always equals d_k.
+    ``d_k=None`` means d_model / h; ``d_v=None`` means d_k.
     """
 
     vocab_size: int = 37000
@@ -26,6 +26,7 @@ class TransformerConfig:
     d_ff: int = 2048
     h: int = 8
     d_k: int | None = None
+    d_v: int | None = None
     P_drop: float = 0.1
     eps_ls: float = 0.1
     max_len: int = 512
@@ -45,10 +46,13 @@ class TransformerConfig:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by h={self.h}; "
                 "choose h dividing d_model, or set d_k explicitly")
-        if self.d_k is not None and (not isinstance(self.d_k, int)
-                                     or self.d_k <= 0):
-            raise ValueError(
-                f"d_k must be a positive integer or None, got {self.d_k!r}")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int)
+                                      or value <= 0):
+                raise ValueError(
+                    f"{name} must be a positive integer or None, "
+                    f"got {value!r}")
         for name in ("P_drop", "eps_ls"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(
@@ -97,7 +101,8 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop)
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+                                            c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
                                                     c.P_drop)
         self.sublayer = nn.ModuleList(
@@ -117,8 +122,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop)
-        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop)
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+                                            c.d_v)
+        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+                                           c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
                                                     c.P_drop)
         self.sublayer = nn.ModuleList(
@@ -269,8 +276,10 @@ def parameter_count(c: TransformerConfig) -> int:
     """The closed form of count_parameters(make_model(c)): embeddings plus
     N encoder and N decoder layers."""
     d, dk = c.d_model, (c.d_k or c.d_model // c.h)
-    # W_Q, W_K, W_V, W_O with biases
-    attn = 3 * (d * c.h * dk + c.h * dk) + (c.h * dk * d + d)
+    dv = c.d_v or dk
+    # W_Q and W_K, then W_V, then W_O, with biases
+    attn = (2 * (d * c.h * dk + c.h * dk) + (d * c.h * dv + c.h * dv)
+            + (c.h * dv * d + d))
     ffn = d * c.d_ff + c.d_ff + c.d_ff * d + d
     norm = 2 * d
     embed = c.vocab_size * d * (1 if c.tie_weights else 3)

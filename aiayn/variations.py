@@ -22,8 +22,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from aiayn import corpus, experiment
 from aiayn.model import PRESETS, TransformerConfig, parameter_count
 
@@ -83,7 +81,6 @@ ROWS = [
     Row("D-P_drop0.5", "D", {"P_drop": 0.5}, "P_drop=0.2", 4.95, 25.5, None,
         "more dropout than base, as the paper's 0.2"),
     Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", 4.67, 25.3, None, "no label smoothing"),
-    Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", 5.47, 25.7, None, "twice base, as in the paper"),
     Row("E-learned", "E", {"learned_positions": True}, "positional embedding instead of sinusoids", 4.92, 25.7, None,
         "learned positional embeddings (up to max_len positions)"),
     Row("R-bpe4000", "R", note="a smaller joint BPE vocabulary", options={"bpe_size": 4000}),
@@ -96,23 +93,68 @@ ROWS = [
     Row("R-avg5", "R", note="average the last 5 checkpoints", options={"average_last": 5}),
     Row("R-avg10", "R", note="average the last 10 checkpoints, as the final runs do", options={"average_last": 10}),
 ]
+# Table 3 at CPU scale: each change made to the CPU recipe's model (N=3, d_model=256, d_ff=512, h=8, d_k=d_v=32,
+# P_drop=0.1, eps_ls=0.1), trained for the same number of updates; the paper's row at the same ratio to its base.
+CPU_UPDATES = 400  # updates per run: about 5 minutes of one core for the base
+CPU_ROWS = [
+    Row("base", "base", {}, "base", 4.92, 25.8, 65, "the CPU recipe's model at CPU_UPDATES updates"),
+    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", 5.29, 24.9, None, "one head of d_k = d_model"),
+    Row("A-h4", "A", {"h": 4}, "h=4, d_k=d_v=128", 5.00, 25.5, None, "half the heads, twice d_k"),
+    Row("A-h16", "A", {"h": 16}, "h=16, d_k=d_v=32", 4.91, 25.8, None, "twice the heads, half d_k"),
+    Row("B-d_k16", "B", {"d_k": 16, "d_v": 32}, "d_k=32", 5.01, 25.4, 60, "half d_k; d_v kept, as in the paper"),
+    Row("B-d_k8", "B", {"d_k": 8, "d_v": 32}, "d_k=16", 5.16, 25.1, 58, "a quarter of d_k; d_v kept"),
+    Row("C-N1", "C", {"N": 1}, "N=2", 6.11, 23.7, 36, "a third of the layers, as the paper's N=2"),
+    Row("C-N2", "C", {"N": 2}, "N=4", 5.19, 25.3, 50, "two thirds of the layers, as the paper's N=4"),
+    Row("C-N4", "C", {"N": 4}, "N=8", 4.88, 25.5, 80, "four thirds of the layers, as the paper's N=8"),
+    Row("C-d_model128", "C", {"d_model": 128}, "d_model=256, d_k=d_v=32", 5.75, 24.5, 28,
+        "half d_model (d_k follows: 16); d_ff kept, as in the paper"),
+    Row("C-d_ff256", "C", {"d_ff": 256}, "d_ff=1024", 5.12, 25.4, 53, "half d_ff"),
+    Row("C-d_ff1024", "C", {"d_ff": 1024}, "d_ff=4096", 4.75, 26.2, 90, "twice d_ff"),
+    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", 5.77, 24.6, None, "no dropout"),
+    Row("D-P_drop0.2", "D", {"P_drop": 0.2}, "P_drop=0.2", 4.95, 25.5, None, "twice the dropout"),
+    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", 4.67, 25.3, None, "no label smoothing"),
+    Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", 5.47, 25.7, None, "twice the label smoothing"),
+    Row("E-learned", "E", {"learned_positions": True}, "positional embedding instead of sinusoids", 4.92, 25.7,
+        None, "learned positional embeddings"),
+    # §5's settings around the recipe (batch 4,096 tokens, warmup 400, factor 0.64), at the same budget; a batch
+    # of a different size gets the updates that see the same number of tokens
+    Row("R-tokens2048", "R", note="half the batch, twice the updates",
+        options={"max_tokens": 2048, "max_updates": 2 * CPU_UPDATES}),
+    Row("R-tokens8192", "R", note="twice the batch, half the updates",
+        options={"max_tokens": 8192, "max_updates": CPU_UPDATES // 2}),
+    Row("R-warmup100", "R", note="a quarter of the warmup", options={"warmup": 100}),
+    Row("R-warmup1600", "R", note="four times the warmup", options={"warmup": 1600}),
+    Row("R-factor0.32", "R", note="half the learning rate", options={"factor": 0.32}),
+    Row("R-factor1.28", "R", note="twice the learning rate", options={"factor": 1.28}),
+    Row("R-factor2.56", "R", note="four times the learning rate", options={"factor": 2.56}),
+    Row("R-factor5.12", "R", note="eight times the learning rate", options={"factor": 5.12}),
+]
+ROW_SETS = {"multi30k": ROWS, "cpu": CPU_ROWS}  # the base each set of rows changes: a preset, or the CPU recipe
 BY_NAME = {row.name: row for row in ROWS}
 FAMILIES = ("base", "A", "B", "C", "D", "E", "R")
 
 
-def base_config(base_set: list[str] | None = None) -> TransformerConfig:
-    """The `multi30k` preset with the --base-set changes (e.g. a tiny model for a smoke test)."""
-    return PRESETS[BASE].replace(**experiment.model_overrides(base_set or []))
+def rows_of(base: str) -> tuple[list[Row], dict[str, Row]]:
+    """The rows that change `base` ("multi30k" or "cpu"), as a list and by name."""
+    rows = ROW_SETS[base]
+    return rows, {row.name: row for row in rows}
 
 
-def config(row: Row, base_set: list[str] | None = None) -> TransformerConfig:
+def base_config(base_set: list[str] | None = None, base: str = BASE) -> TransformerConfig:
+    """The `multi30k` preset, or the CPU recipe's model (base="cpu"), with the --base-set changes."""
+    recipe = experiment.RECIPES[base]["set"] if base in experiment.RECIPES else {}
+    return PRESETS[BASE].replace(**recipe, **experiment.model_overrides(base_set or []))
+
+
+def config(row: Row, base_set: list[str] | None = None, base: str = BASE) -> TransformerConfig:
     """The row's TransformerConfig: the base with the row's changes (and its BPE size as the vocabulary)."""
-    base = base_config(base_set)
-    return base.replace(**row.changes, vocab_size=row.options.get("bpe_size", base.vocab_size))
+    c = base_config(base_set, base)
+    return c.replace(**row.changes, vocab_size=row.options.get("bpe_size", c.vocab_size))
 
 
-def select(names: list[str]) -> list[Row]:
+def select(names: list[str], base: str = BASE) -> list[Row]:
     """Rows by name, by family letter (A–E), "base" or "all", in Table 3 order."""
+    ROWS, BY_NAME = rows_of(base)
     wanted = set()
     for name in names:
         if name == "all":
@@ -136,16 +178,17 @@ def describe(row: Row, c: TransformerConfig) -> str:
     return text
 
 
-def listing() -> str:
+def listing(base: str = BASE) -> str:
     """Every row: name, family, changes to the base, our parameter count, and the paper's Table 3 values."""
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
-    lines = [f"Base: the '{BASE}' preset {PRESETS[BASE]}",
+    lines = [f"Base: {'the ' + base + ' preset' if base == BASE else 'the ' + base + ' recipe'} "
+             f"{base_config(base=base)}",
              "Paper: Table 3, newstest2013 dev (PPL per wordpiece, BLEU, params ×10^6; '-' where the paper has none).",
              f"{'row':14s}{'family':7s}{'changes to base':36s}{'ours ×10^6':>11s}  {'paper row':43s}"
              f"{'PPL':>6s}{'BLEU':>6s}{'params':>7s}"]
-    for row in ROWS:
-        c = config(row)
+    for row in rows_of(base)[0]:
+        c = config(row, base=base)
         lines.append(f"{row.name:14s}{row.family:7s}{describe(row, c):36s}{parameter_count(c) / 1e6:>11.2f}  "
                      f"{row.paper_row or '-':43s}{cell(row.ppl, '.2f'):>6s}{cell(row.bleu, '.1f'):>6s}"
                      f"{cell(row.params, 'd'):>7s}")
@@ -162,11 +205,13 @@ def record(row: Row, seed: int, metrics: dict) -> dict:
             "train_s": metrics["provenance"]["wall_s"]["train"], "total_s": metrics["provenance"]["wall_s"]["total"],
             "updates": metrics["updates"], "epochs": metrics["epochs"], "stopped_by": metrics["stopped_by"],
             "time_budget_s": metrics["provenance"]["time_budget_s"], "device": metrics["provenance"]["device"],
-            "git_commit": metrics["provenance"]["git_commit"], "paper": row.paper()}
+            "git_commit": metrics["provenance"]["git_commit"], "threads": metrics["provenance"].get("threads"),
+            "precision": metrics.get("precision"), "warnings": metrics.get("warnings", []), "paper": row.paper()}
 
 
-def write_summary(out: Path, failures: list[dict], command: str) -> dict:
+def write_summary(out: Path, failures: list[dict], command: str, base: str = BASE) -> dict:
     """summary.json from every <row>-s<seed>/metrics.json under out, with means over seeds per row."""
+    ROWS, BY_NAME = rows_of(base)
     def seed(path):
         return int(path.parent.name.rsplit("-s", 1)[1])
     runs = []
@@ -181,7 +226,7 @@ def write_summary(out: Path, failures: list[dict], command: str) -> dict:
                            for key in ("val_ppl", "val_bleu", "val_bleu_tok_lc")},
                         **{f"{key}_sd": statistics.stdev(r[key] for r in mine) if len(mine) > 1 else None
                            for key in ("val_ppl", "val_bleu")}}
-    summary = {"base": BASE, "paper_table": "Table 3 (newstest2013 dev), Vaswani et al. 2017",
+    summary = {"base": base if base == BASE else f"the {base} recipe's model", "paper_table": "Table 3 (newstest2013 dev), Vaswani et al. 2017",
                "scored": "Multi30k val, beam K=4, alpha=0.6", "runs": runs, "by_row": by_row, "failed": failures,
                "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "command": command}
@@ -194,6 +239,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m aiayn.variations", description="Table 3 (§6.2) at Multi30k scale: "
                                 "train each variation of the multi30k model through aiayn.experiment and score val.")
     p.add_argument("--list", action="store_true", help="print every row with the paper's values and stop")
+    p.add_argument("--base", choices=sorted(ROW_SETS), default=BASE,
+                   help="the model the rows change: the multi30k preset, or the CPU recipe's (its own rows, trained "
+                        "with its settings for --max-updates updates each)")
     p.add_argument("--rows", nargs="+", default=["all"], help="row names, families (A-E, R), base, or all")
     p.add_argument("--parallel", type=int, default=1, help="runs at once, each its own process (they share the GPU)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -219,11 +267,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ckpt: Path) -> list[str]:
     """The aiayn.experiment command line of one (row, seed) run: the row's changes and options over the base."""
     changes = {**experiment.model_overrides(args.base_set), **row.changes}
+    if args.base != BASE:  # the recipe's settings, with the row's over them
+        changes = {**experiment.RECIPES[args.base]["set"], **changes}
     options = {"bpe_size": args.bpe_size, "average_last": args.average_last, "max_tokens": args.max_tokens,
                "warmup": args.warmup, "factor": args.factor, "max_updates": args.max_updates,
                "limit_train": args.limit_train, "decode_batch": args.decode_batch, "max_output": args.max_output,
                "pad_multiple": args.pad_multiple, "precision": args.precision, **row.options}
     argv = ["--direction", args.direction, "--out", str(out), "--ckpt-dir", str(ckpt), "--preset", BASE,
+            *(["--recipe", args.base] if args.base != BASE else []),
             "--eval-reserve", f"{args.eval_reserve:g}", "--time-budget", f"{args.budget:g}", "--seed", str(seed),
             "--splits", "val"]
     if changes:
@@ -247,19 +298,18 @@ def _launch(argv: list[str], log: Path, concurrent: int) -> subprocess.Popen:
 
 def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
     """Check the plan against --max-total, then run each (row, seed) without metrics.json; 0 if all succeed."""
-    rows = select(args.rows)
+    rows = select(args.rows, args.base)
     for row in rows:
         try:
-            config(row, args.base_set)
+            config(row, args.base_set, args.base)
         except (TypeError, ValueError) as err:
             raise VariationsError(f"row {row.name} on --base-set {' '.join(args.base_set)}: {err}; "
                                   f"choose a base where every chosen row is valid") from None
+    if args.base == "cpu" and args.max_updates is None:
+        args.max_updates = CPU_UPDATES
     if args.parallel < 1:
         raise VariationsError(f"--parallel must be at least 1, got {args.parallel}")
     out, ckpt_root = Path(args.out), Path(args.ckpt_root)
-    if not torch.cuda.is_available() and out.resolve().is_relative_to((ROOT / "results").resolve()):
-        raise VariationsError(f"--out {out} is in results/, which holds GPU runs only; this machine has no GPU: "
-                              f"pass --out with a path outside results/")
     if ckpt_root.resolve().is_relative_to(out.resolve()):
         raise VariationsError(f"--ckpt-root {ckpt_root} lies inside --out {out}; results hold no checkpoints")
     plan = [(row, seed) for row in rows for seed in args.seeds]
@@ -285,7 +335,7 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
             row, seed = queue.pop(0)
             name = f"{row.name}-s{seed}"
             shutil.rmtree(ckpt_root / name, ignore_errors=True)  # an interrupted run starts again from scratch
-            print(f"start {name}: {describe(row, config(row, args.base_set))}", flush=True)
+            print(f"start {name}: {describe(row, config(row, args.base_set, args.base))}", flush=True)
             log = out / name / "run.log"
             running[name] = (_launch(experiment_argv(args, row, seed, out / name, ckpt_root / name), log, concurrent),
                              time.perf_counter(), log)
@@ -306,8 +356,8 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
             print(f"done {name} after {time.perf_counter() - start:.0f} s", flush=True)
             if not args.keep_checkpoints:
                 shutil.rmtree(ckpt_root / name, ignore_errors=True)
-            write_summary(out, failures, command)
-    summary = write_summary(out, failures, command)
+            write_summary(out, failures, command, args.base)
+    summary = write_summary(out, failures, command, args.base)
     print(f"\nwrote {out}/summary.json: {len(summary['runs'])} runs; "
           f"{time.perf_counter() - started:.0f} s in all", flush=True)
     for r in summary["runs"]:
@@ -334,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.list:
-        print(listing())
+        print(listing(args.base))
         return 0
     try:
         return run(args, argv, time.perf_counter())
