@@ -2,7 +2,7 @@
 
 Import from the modules directly, for example ``from aiayn.attention import attention``.
 
-The chapters write the model and its parts (``python -m aiayn._export`` copies their ``#| export`` cells; each of
+The chapters write the model and its parts (``python -m aiayn._export`` copies their cells tagged ``export``; each of
 these modules says on its first line which chapter it comes from):
 
     attention       §3.2.1  scaled dot-product attention, masks          book/02_attention.ipynb

@@ -3,8 +3,8 @@
     python -m aiayn._book execute                       # every chapter in book/
     python -m aiayn._book execute book/02_attention.ipynb
 
-Stored outputs serve readers on GitHub and Colab, and nbval compares the cells marked
-``# NBVAL_CHECK_OUTPUT`` against them.
+Stored outputs serve readers on GitHub and Colab, and nbval compares the cells tagged
+``nbval-check-output`` against them.
 """
 from __future__ import annotations
 
@@ -32,9 +32,24 @@ def execute(path: Path, timeout: int = 1800, into: Path | None = None) -> float:
         if into is not None:
             Path(into).parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, into)
+    seconds = time.perf_counter() - start
+    nb.metadata.setdefault("aiayn", {})["executed"] = run_record(seconds)
     if into is None:
         nbformat.write(nb, path)
-    return time.perf_counter() - start
+    return seconds
+
+
+def run_record(seconds: float) -> dict:
+    """What a chapter's first lines say about its stored run: the seconds it took, the machine and its cores."""
+    import os
+
+    import torch
+
+    from aiayn.provenance import cpu_name
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"seconds": round(seconds, 1), "device": gpu or cpu_name(), "cores": os.cpu_count(),
+            "gpu": gpu is not None, "torch": torch.__version__}
 
 
 def vendor_vega() -> None:

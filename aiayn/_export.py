@@ -1,9 +1,9 @@
 """Write the chapters' export cells into the package: the code a reader sees is the code that runs.
 
-A chapter names its module once, in a code cell line ``#| default_exp attention``. Every code cell
-whose first line is ``#| export`` (or ``#| export other_module``) is copied, in order, into
-``aiayn/<module>.py``, under a comment that names its chapter and section, so that a reader of the module finds the
-prose.
+A chapter names its module once, in its notebook metadata (``"aiayn": {"default_exp": "attention"}``). Every code
+cell tagged ``export`` (or ``export:other_module``) is copied, in order, into ``aiayn/<module>.py``, under a comment
+that names its chapter and section, so that a reader of the module finds the prose. The marks are cell tags, not
+comments, so that the reader's code shows only the idea; the site labels the exported cells "package code".
 
     python -m aiayn._export           # regenerate the package from book/*.ipynb
     python -m aiayn._export --check   # exit 1 if the package differs from the chapters
@@ -19,8 +19,6 @@ from pathlib import Path
 from aiayn import ROOT
 BOOK, PACKAGE = ROOT / "book", ROOT / "aiayn"
 HEADER = "# Generated from {sources} by `python -m aiayn._export`. Edit the chapter, not this file.\n"
-_DEFAULT = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.M)
-_EXPORT = re.compile(r"^#\|\s*export(?:\s+([A-Za-z_]\w*))?\s*$")
 _HEADING = re.compile(r"^#{1,4}\s+(.+)$", re.M)
 
 
@@ -33,22 +31,22 @@ def collect(book: Path = BOOK) -> dict[str, tuple[list[str], list[str]]]:
     """Map module name -> (source notebooks, code blocks), in chapter order."""
     modules: dict[str, tuple[list[str], list[str]]] = {}
     for nb_path in sorted(book.glob("*.ipynb")):
-        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
-        default = next((m.group(1) for c in cells if c["cell_type"] == "code"
-                        for m in [_DEFAULT.search(_source(c))] if m), None)
+        notebook = json.loads(nb_path.read_text(encoding="utf-8"))
+        cells, default = notebook["cells"], notebook.get("metadata", {}).get("aiayn", {}).get("default_exp")
         heading = ""  # the section a cell sits in: the generated module names it above the cell's code
         for cell in cells:
             if cell["cell_type"] == "markdown":
                 titles = _HEADING.findall(_source(cell))
                 heading = titles[-1].strip() if titles else heading
                 continue
-            first, _, body = _source(cell).partition("\n")
-            match = _EXPORT.match(first)
-            if not match:
+            tags = [t for t in cell.get("metadata", {}).get("tags", []) if t == "export" or t.startswith("export:")]
+            if not tags:
                 continue
-            module = match.group(1) or default
+            module = tags[0].partition(":")[2] or default
             if module is None:
-                raise SystemExit(f"{nb_path.name}: an export cell names no module and the chapter has no '#| default_exp'")
+                raise SystemExit(f"{nb_path.name}: a cell tagged 'export' names no module and the notebook metadata "
+                                 f"has no aiayn.default_exp")
+            body = _source(cell)
             sources, blocks = modules.setdefault(module, ([], []))
             rel = f"book/{nb_path.name}"
             if rel not in sources:

@@ -8,17 +8,20 @@ def test_package_in_sync_with_chapters(capsys):
     assert _export.main(["--check"]) == 0, capsys.readouterr().err
 
 
-def test_export_collects_marked_cells_in_order(tmp_path):
+def test_export_collects_tagged_cells_in_order(tmp_path):
+    def code(source, *tags):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source}
     cells = [
-        {"cell_type": "code", "source": "#| default_exp toy\nimport math"},
-        {"cell_type": "markdown", "source": "#| export\nnot code"},
+        code("import math"),
+        {"cell_type": "markdown", "metadata": {"tags": ["export"]}, "source": "not code"},
         {"cell_type": "markdown", "source": "## The toy\n\nProse."},
-        {"cell_type": "code", "source": "#| export\ndef f():\n    return 1\n"},
-        {"cell_type": "code", "source": "print('not exported')"},
-        {"cell_type": "code", "source": ["#| export other\n", "X = 2"]},
-        {"cell_type": "code", "source": "#| export\ndef g():\n    return 2"},
+        code("def f():\n    return 1\n", "export"),
+        code("print('not exported')", "nbval-check-output"),
+        code(["X = 2"], "export:other"),
+        code("def g():\n    return 2", "hide-input", "export"),
     ]
-    (tmp_path / "01_toy.ipynb").write_text(json.dumps({"cells": cells}))
+    notebook = {"cells": cells, "metadata": {"aiayn": {"default_exp": "toy"}}}
+    (tmp_path / "01_toy.ipynb").write_text(json.dumps(notebook))
     modules = _export.collect(tmp_path)
     where = "# book/01_toy.ipynb: The toy\n"  # the chapter and section each block comes from
     assert modules == {"toy": (["book/01_toy.ipynb"], [where + "def f():\n    return 1", where + "def g():\n    return 2"]),
@@ -26,3 +29,11 @@ def test_export_collects_marked_cells_in_order(tmp_path):
     text = _export.render(*modules["toy"])
     assert text.startswith("# Generated from book/01_toy.ipynb")
     assert text.endswith("def g():\n    return 2\n")
+
+
+def test_a_chapter_shows_no_marker_comments():
+    """The marks for nbval and the exporter are cell tags: the reader's code carries no marker comments."""
+    for path in sorted(_export.BOOK.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            source = _export._source(cell)
+            assert "NBVAL_" not in source and "#| " not in source, (path.name, source[:80])
