@@ -162,6 +162,8 @@ DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epoc
             "eval_reserve": 90.0}
 # Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
 # search). Options given on the command line override the recipe's.
+STOPPED_BY = {"epochs": "epochs", "max_updates": "max_updates", "max_seconds": "time budget",
+              "patience": "early stopping"}  # train()'s reason, as metrics.json words it
 RECIPES = {
     "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
             "epochs": 16, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 5,
@@ -375,14 +377,8 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         if rank > 0:
             return None
     last = read_checkpoint(checkpoints(ckpt_dir)[-1])["progress"]
-    if args.max_updates and last["step"] >= args.max_updates:
-        stopped_by = "max_updates"
-    elif last["early_stopped"]:
-        stopped_by = "early stopping"
-    elif last["epoch"] >= args.epochs:
-        stopped_by = "epochs"
-    else:
-        stopped_by = "time budget"
+    # the setting that ended training, as train() reports it (and stores it with the last checkpoint)
+    stopped_by = STOPPED_BY.get(history.get("stopped_by") or last.get("stopped_by"), "unknown")
     train_s = time.perf_counter() - tick
     print(f"training: {last['step']} updates, {last['epoch']} epochs, stopped by {stopped_by}", flush=True)
     phases["train"] = train_s

@@ -233,7 +233,7 @@ def test_resuming_a_finished_run_says_so(tmp_path, capsys):
     capsys.readouterr()
     again = train(tiny(seed=7), copy_batches(2, 4, 5, 14), cfg=cfg, resume=True)
     assert "the run is finished (2 updates, 1 epochs): nothing to train" in capsys.readouterr().out
-    assert again == history
+    assert again == history and history["stopped_by"] == "epochs"
 
 
 def test_the_loop_reads_from_the_device_only_at_its_read_points(monkeypatch):
@@ -265,6 +265,7 @@ def test_early_stopping():
     data, val = copy_batches(2, 4, 5, 14, seed=0), copy_batches(1, 4, 5, 14, seed=1)
     history = train(tiny(), data, val, TrainConfig(warmup=1, factor=0.0, epochs=50, patience=2, **QUIET))
     assert len(history["val_loss"]) == 3 and len(set(history["val_loss"])) == 1
+    assert history["stopped_by"] == "patience"
 
 
 # --- DDP on CPU with gloo -----------------------------------------------------------------------------------------
@@ -314,6 +315,8 @@ def test_max_seconds_stops_and_saves_then_resume_continues(tmp_path):
     assert 0 < history["step"][-1] < 20 * 10**6
     last = read_checkpoint(checkpoints(tmp_path)[-1])
     assert last["progress"]["step"] == history["step"][-1]  # saved where it stopped
+    assert history["stopped_by"] == last["progress"]["stopped_by"] == "max_seconds"  # and why
     more = train(tiny(), data, cfg=TrainConfig(warmup=20, epochs=10**6, max_updates=history["step"][-1] + 3,
                                               ckpt_dir=str(tmp_path), **QUIET), resume=True)
     assert more["step"][-4:] == [history["step"][-1] + i for i in range(4)]
+    assert more["stopped_by"] == "max_updates"
