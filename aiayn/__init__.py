@@ -25,6 +25,7 @@ The machinery around them is written by hand:
     course          course, checks, _nbgrader (the graded exercises)
     site            _book (executes chapters), _export (writes the modules above), glue
 """
+
 from pathlib import Path
 
 __version__ = "0.1.0"

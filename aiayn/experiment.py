@@ -6,6 +6,7 @@
 The sentences come from the encoded cache (aiayn.corpus), so a run imports no spaCy; only the lowercased
 Moses-tokenised BLEU needs sacremoses.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,18 @@ from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
 from aiayn.floor import build
 from aiayn.model import PRESETS, TransformerConfig, count_parameters
 from aiayn.provenance import ROOT, cpu_features, cpu_name, provenance
-from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
-                            choose_precision, evaluate, read_checkpoint, train, world)
+from aiayn.training import (
+    MULTI30K_TRAIN,
+    CheckpointError,
+    LabelSmoothingLoss,
+    TrainConfig,
+    checkpoints,
+    choose_precision,
+    evaluate,
+    read_checkpoint,
+    train,
+    world,
+)
 
 TEST_SPLITS = ("test2016", "test2017", "mscoco2017", "test2018")
 SCORED = ("val",) + TEST_SPLITS
@@ -60,11 +71,24 @@ def score(hypotheses: list[str], references: list[str], lang: str) -> dict:
     """Cased sacreBLEU (13a) with its signature, and lowercased Moses-tokenised BLEU (tokenize="none")."""
     out = {}
     for name, metric, hyps, refs in (
-            ("sacrebleu", BLEU(), hypotheses, references),
-            ("tok_lc", BLEU(tokenize="none", force=True), moses_tokenize(hypotheses, lang), moses_tokenize(references, lang))):
+        ("sacrebleu", BLEU(), hypotheses, references),
+        (
+            "tok_lc",
+            BLEU(tokenize="none", force=True),
+            moses_tokenize(hypotheses, lang),
+            moses_tokenize(references, lang),
+        ),
+    ):
         s = metric.corpus_score(hyps, [refs])
-        out[name] = {"score": s.score, "signature": str(metric.get_signature()), "precisions": s.precisions,
-                     "bp": s.bp, "sys_len": s.sys_len, "ref_len": s.ref_len, "text": str(s)}
+        out[name] = {
+            "score": s.score,
+            "signature": str(metric.get_signature()),
+            "precisions": s.precisions,
+            "bp": s.bp,
+            "sys_len": s.sys_len,
+            "ref_len": s.ref_len,
+            "text": str(s),
+        }
     out["sacrebleu"]["aiayn_bleu"] = bleu.corpus_bleu(hypotheses, references).score  # the chapter's own BLEU
     return out
 
@@ -149,50 +173,97 @@ def model_overrides(pairs: list[str]) -> dict:
         if key == "vocab_size":
             raise ExperimentError("--set vocab_size: the vocabulary size is the tokenizer's; change it with --bpe-size")
         try:
-            out[key] = {"True": True, "False": False, "None": None}[value] if value in ("True", "False", "None") \
+            out[key] = (
+                {"True": True, "False": False, "None": None}[value]
+                if value in ("True", "False", "None")
                 else (float(value) if "." in value or "e" in value else int(value))
+            )
         except ValueError:
             raise ExperimentError(f"--set {pair}: {value!r} is not a number, True, False or None") from None
     return out
 
 
 # The settings a recipe may choose, and their values without one (the GPU-scale defaults of §5.3).
-DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epochs"], "warmup": MULTI30K_TRAIN["warmup"],
-            "factor": MULTI30K_TRAIN["factor"], "clip_norm": None, "average_last": 10, "time_budget": None,
-            "eval_reserve": 90.0}
+DEFAULTS = {
+    "bpe_size": 8000,
+    "max_tokens": 8000,
+    "epochs": MULTI30K_TRAIN["epochs"],
+    "warmup": MULTI30K_TRAIN["warmup"],
+    "factor": MULTI30K_TRAIN["factor"],
+    "clip_norm": None,
+    "average_last": 10,
+    "time_budget": None,
+    "eval_reserve": 90.0,
+}
 # Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
 # search). Options given on the command line override the recipe's.
-STOPPED_BY = {"epochs": "epochs", "max_updates": "max_updates", "max_seconds": "time budget",
-              "patience": "early stopping"}  # train()'s reason, as metrics.json words it
+STOPPED_BY = {
+    "epochs": "epochs",
+    "max_updates": "max_updates",
+    "max_seconds": "time budget",
+    "patience": "early stopping",
+}  # train()'s reason, as metrics.json words it
 RECIPES = {
-    "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
-            "epochs": 16, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 5,
-            "time_budget": 1800.0, "eval_reserve": 240.0},
+    "cpu": {
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1},
+        "bpe_size": 8000,
+        "max_tokens": 4096,
+        "epochs": 16,
+        "warmup": 400,
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 5,
+        "time_budget": 1800.0,
+        "eval_reserve": 240.0,
+    },
     # the CPU recipe's model with more dropout and twice the batch, trained for as long as one GPU call allows;
     # chosen on validation among 8 settings (results/gpu-search)
-    "gpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.2}, "bpe_size": 8000, "max_tokens": 8192,
-            "epochs": 500, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 10,
-            "time_budget": 520.0, "eval_reserve": 100.0},
+    "gpu": {
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.2},
+        "bpe_size": 8000,
+        "max_tokens": 8192,
+        "epochs": 500,
+        "warmup": 400,
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 10,
+        "time_budget": 520.0,
+        "eval_reserve": 100.0,
+    },
 }
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m aiayn.experiment", description="Train on Multi30k, average the last "
-                                "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.")
+    p = argparse.ArgumentParser(
+        prog="python -m aiayn.experiment",
+        description="Train on Multi30k, average the last "
+        "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.",
+    )
     p.add_argument("--direction", choices=("en-de", "de-en"), required=True)
-    p.add_argument("--out", required=True, help="results folder (metrics, hypotheses, curves, attention; no checkpoints)")
-    p.add_argument("--recipe", choices=sorted(RECIPES), default=None,
-                   help="a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 "
-                        "minutes on one GPU); options given here override it")
-    p.add_argument("--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>")
+    p.add_argument(
+        "--out", required=True, help="results folder (metrics, hypotheses, curves, attention; no checkpoints)"
+    )
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=None,
+        help="a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 "
+        "minutes on one GPU); options given here override it",
+    )
+    p.add_argument(
+        "--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>"
+    )
     p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="TransformerConfig fields, e.g. N=6")
-    p.add_argument("--layers", choices=LAYERS, default="aiayn",
-                   help="the book's layers, or PyTorch's nn.Transformer layers (the floor)")
+    p.add_argument(
+        "--layers",
+        choices=LAYERS,
+        default="aiayn",
+        help="the book's layers, or PyTorch's nn.Transformer layers (the floor)",
+    )
     d = DEFAULTS
     p.add_argument("--bpe-size", type=int, help=f"joint BPE vocabulary (sets vocab_size; default {d['bpe_size']})")
-    p.add_argument("--max-tokens", type=int,
-                   help=f"token budget of one batch, per process (default {d['max_tokens']})")
+    p.add_argument("--max-tokens", type=int, help=f"token budget of one batch, per process (default {d['max_tokens']})")
     p.add_argument("--pad-multiple", type=int, default=1, help="round batch lengths up to a multiple (8 for --compile)")
     p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
     p.add_argument("--max-updates", type=int, default=None)
@@ -201,27 +272,47 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eps-ls", type=float, default=None, help="label smoothing (default: the model config's, 0.1)")
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--clip-norm", type=float, help="clip the gradient norm (default: no clipping)")
-    p.add_argument("--average-last", type=int,
-                   help=f"average this many of the last checkpoints (default {d['average_last']})")
+    p.add_argument(
+        "--average-last", type=int, help=f"average this many of the last checkpoints (default {d['average_last']})"
+    )
     p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
-    p.add_argument("--time-budget", type=float,
-                   help="seconds for the whole command; training stops when only --eval-reserve is left")
-    p.add_argument("--eval-reserve", type=float,
-                   help=f"seconds kept for averaging, decoding, scoring (default {d['eval_reserve']:g})")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        help="seconds for the whole command; training stops when only --eval-reserve is left",
+    )
+    p.add_argument(
+        "--eval-reserve",
+        type=float,
+        help=f"seconds kept for averaging, decoding, scoring (default {d['eval_reserve']:g})",
+    )
     p.add_argument("--resume", action="store_true", help="continue an interrupted run (a finished one says so)")
     p.add_argument("--eval-only", action="store_true", help="skip training; evaluate the checkpoints there are")
     p.add_argument("--limit-train", type=int, default=None, help="use only N training batches per epoch (smoke tests)")
     p.add_argument("--decode-batch", type=int, default=128, help="sentences per beam-search batch")
-    p.add_argument("--max-output", type=int, default=None,
-                   help="most output tokens per sentence (default: input length + 50, as in §6.1)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
-                        "bf16 where it has AMX, else fp32")
+    p.add_argument(
+        "--max-output",
+        type=int,
+        default=None,
+        help="most output tokens per sentence (default: input length + 50, as in §6.1)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
+        "bf16 where it has AMX, else fp32",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
     p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--splits", nargs="*", choices=SCORED, default=list(SCORED),
-                   help="sets to decode and score (default all five; val alone for Table 3, none to only train)")
+    p.add_argument(
+        "--splits",
+        nargs="*",
+        choices=SCORED,
+        default=list(SCORED),
+        help="sets to decode and score (default all five; val alone for Table 3, none to only train)",
+    )
     return p
 
 
@@ -250,8 +341,16 @@ def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
 def _check_options(args: argparse.Namespace) -> None:
     """Every option that can be checked before any work, with what to do instead."""
     make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)
-    for name in ("average_last", "max_tokens", "pad_multiple", "epochs", "warmup", "accum", "decode_batch",
-                 "max_output"):
+    for name in (
+        "average_last",
+        "max_tokens",
+        "pad_multiple",
+        "epochs",
+        "warmup",
+        "accum",
+        "decode_batch",
+        "max_output",
+    ):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ExperimentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.bpe_size <= 260:
@@ -297,15 +396,22 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         raise ExperimentError(f"--ckpt-dir {ckpt_dir} lies inside --out {out}; results hold no checkpoints")
     if (out / "metrics.json").is_file():
         if args.resume:
-            print(f"the run in {out} is finished: {out / 'metrics.json'} holds its scores; nothing to do "
-                  f"(evaluate again with --eval-only into another --out)", flush=True)
+            print(
+                f"the run in {out} is finished: {out / 'metrics.json'} holds its scores; nothing to do "
+                f"(evaluate again with --eval-only into another --out)",
+                flush=True,
+            )
             return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-        raise ExperimentError(f"{out} already holds the metrics.json of a finished run; choose another --out, or "
-                              f"delete {out} to run again")
+        raise ExperimentError(
+            f"{out} already holds the metrics.json of a finished run; choose another --out, or "
+            f"delete {out} to run again"
+        )
     existing = checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
     if existing and not (args.resume or args.eval_only):
-        raise ExperimentError(f"{ckpt_dir} already holds {len(existing)} checkpoints of an earlier run; pass --resume "
-                              f"to continue it, --eval-only to evaluate it, or delete the folder or choose --ckpt-dir")
+        raise ExperimentError(
+            f"{ckpt_dir} already holds {len(existing)} checkpoints of an earlier run; pass --resume "
+            f"to continue it, --eval-only to evaluate it, or delete the folder or choose --ckpt-dir"
+        )
     if args.eval_only and not existing:
         raise ExperimentError(f"--eval-only: no checkpoints in {ckpt_dir}; train first (drop --eval-only)")
     if args.resume and not existing:
@@ -325,10 +431,20 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     if rank > 0:
         encoded = corpus.encoded(args.bpe_size)
     tokenizer = encoded.tokenizer
-    train_data = EpochBatches(encoded.pairs("train", args.direction), args.max_tokens, seed=args.seed,
-                              pad_multiple=args.pad_multiple, device=device)
-    val_data = EpochBatches(encoded.pairs("val", args.direction), args.max_tokens, shuffle=False,
-                            pad_multiple=args.pad_multiple, device=device)(0)
+    train_data = EpochBatches(
+        encoded.pairs("train", args.direction),
+        args.max_tokens,
+        seed=args.seed,
+        pad_multiple=args.pad_multiple,
+        device=device,
+    )
+    val_data = EpochBatches(
+        encoded.pairs("val", args.direction),
+        args.max_tokens,
+        shuffle=False,
+        pad_multiple=args.pad_multiple,
+        device=device,
+    )(0)
     if args.limit_train:
         train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(train_data, args.limit_train)
     config = make_config(args, len(tokenizer))
@@ -338,35 +454,58 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         tokens_before = last["progress"].get("tokens", 0)
         trained = TransformerConfig(**last["model_config"])
         if trained != config:
-            raise ExperimentError(f"{ckpt_dir} holds a model with {trained}, but --preset/--set ask for {config}; "
-                                  f"give the same --preset and --set as the run being continued, or another --ckpt-dir")
+            raise ExperimentError(
+                f"{ckpt_dir} holds a model with {trained}, but --preset/--set ask for {config}; "
+                f"give the same --preset and --set as the run being continued, or another --ckpt-dir"
+            )
         layers = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
         if layers != args.layers:
-            raise ExperimentError(f"{ckpt_dir} holds a model with --layers {layers}, not {args.layers}; give "
-                                  f"--layers {layers}, or another --ckpt-dir")
+            raise ExperimentError(
+                f"{ckpt_dir} holds a model with --layers {layers}, not {args.layers}; give "
+                f"--layers {layers}, or another --ckpt-dir"
+            )
     torch.manual_seed(args.seed)
     model = build(config, args.layers).to(device)
     precision = run_precision(device, args.precision)
     # the code and machine as the run starts (the tree may change while it trains); the date is the end's
     started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
     if rank == 0:
-        where = (torch.cuda.get_device_name(device) if device.type == "cuda"
-                 else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread"
-                      f"{'s' if torch.get_num_threads() > 1 else ''})")
-        print(f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
-              f"{precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})", flush=True)
+        where = (
+            torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})"
+        )
+        print(
+            f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
+            f"{precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})",
+            flush=True,
+        )
     phases["setup"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    cfg = TrainConfig(warmup=args.warmup, factor=args.factor, accum=args.accum, epochs=args.epochs,
-                      max_updates=args.max_updates, eps_ls=args.eps_ls, clip_norm=args.clip_norm,
-                      ckpt_dir=str(ckpt_dir), keep_last=max(args.average_last, 2), save_every=args.save_every,
-                      precision=precision, compile=args.compile, seed=args.seed, progress=args.progress)
+    cfg = TrainConfig(
+        warmup=args.warmup,
+        factor=args.factor,
+        accum=args.accum,
+        epochs=args.epochs,
+        max_updates=args.max_updates,
+        eps_ls=args.eps_ls,
+        clip_norm=args.clip_norm,
+        ckpt_dir=str(ckpt_dir),
+        keep_last=max(args.average_last, 2),
+        save_every=args.save_every,
+        precision=precision,
+        compile=args.compile,
+        seed=args.seed,
+        progress=args.progress,
+    )
     if args.time_budget is not None:
         cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
         if cfg.max_seconds <= 0 and not args.eval_only:
-            raise ExperimentError(f"--time-budget {args.time_budget:g} s leaves no time to train after "
-                                  f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s")
+            raise ExperimentError(
+                f"--time-budget {args.time_budget:g} s leaves no time to train after "
+                f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s"
+            )
     if args.eval_only:
         history = read_checkpoint(existing[-1])["progress"]["history"]
     else:
@@ -384,11 +523,17 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     phases["train"] = train_s
 
     tick = time.perf_counter()
-    paths = checkpoints(ckpt_dir)[-args.average_last:]
+    paths = checkpoints(ckpt_dir)[-args.average_last :]
     model.load_state_dict(average_checkpoints(paths))
-    torch.save({"model_config": dataclasses.asdict(config), "layers": args.layers, "direction": args.direction,
-                "model": model.state_dict()},
-               ckpt_dir / ".averaged.pt.tmp")
+    torch.save(
+        {
+            "model_config": dataclasses.asdict(config),
+            "layers": args.layers,
+            "direction": args.direction,
+            "model": model.state_dict(),
+        },
+        ckpt_dir / ".averaged.pt.tmp",
+    )
     os.replace(ckpt_dir / ".averaged.pt.tmp", ckpt_dir / "averaged.pt")
     loss_fn = LabelSmoothingLoss(config.eps_ls if args.eps_ls is None else args.eps_ls, config.pad_id)
     val = evaluate(model, val_data, loss_fn, device, precision)
@@ -399,8 +544,11 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     scores, decode_s, reference_check, outputs = {}, {}, None, {}
     if "test2016" in args.splits:
         reference_check = check_reference_length()
-        print(f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
-              f"tokens ({'equals' if reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})", flush=True)
+        print(
+            f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
+            f"tokens ({'equals' if reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})",
+            flush=True,
+        )
     tick = time.perf_counter()
     for split in (s for s in SCORED if s in args.splits):
         start = time.perf_counter()
@@ -410,13 +558,21 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         hyps = [tokenizer.decode(h).replace("\n", " ") for h in outputs[split]]
         decode_s[split] = time.perf_counter() - start
         _write_atomic(out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
-        scores[split] = {"file": f"{data.SPLITS[split][0]}.{tgt_lang}", "sentences": len(pairs),
-                         "decode_s": decode_s[split], **score(hyps, [t for _, t in pairs], tgt_lang)}
-        print(f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
-              f"{scores[split]['tok_lc']['score']:.2f}  ({decode_s[split]:.1f} s)", flush=True)
+        scores[split] = {
+            "file": f"{data.SPLITS[split][0]}.{tgt_lang}",
+            "sentences": len(pairs),
+            "decode_s": decode_s[split],
+            **score(hyps, [t for _, t in pairs], tgt_lang),
+        }
+        print(
+            f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
+            f"{scores[split]['tok_lc']['score']:.2f}  ({decode_s[split]:.1f} s)",
+            flush=True,
+        )
     phases["decode_and_score"] = time.perf_counter() - tick
-    checks = run_checks(model, val_data, val, {split: [tokenizer.decode(h) for h in ids]
-                                               for split, ids in outputs.items()})
+    checks = run_checks(
+        model, val_data, val, {split: [tokenizer.decode(h) for h in ids] for split, ids in outputs.items()}
+    )
     for warning in checks["warnings"]:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
@@ -425,8 +581,11 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         test = data.load("test2016", src_lang, tgt_lang)
         chosen = [i for i, p in enumerate(test) if 6 <= len(p[0].split()) <= 9][:3]  # three short sentences
         src_ids = [encoded.ids["test2016"][src_lang][i] for i in chosen]
-        out_ids = [outputs["test2016"][i] for i in chosen] if "test2016" in outputs else \
-            translate_ids(model, src_ids, BEAM, ALPHA, max_len=args.max_output)
+        out_ids = (
+            [outputs["test2016"][i] for i in chosen]
+            if "test2016" in outputs
+            else translate_ids(model, src_ids, BEAM, ALPHA, max_len=args.max_output)
+        )
         examples = [(s, o, test[i][0], tokenizer.decode(o), test[i][1]) for s, o, i in zip(src_ids, out_ids, chosen)]
         np.savez_compressed(out / "attention.npz", **attention_maps(model, tokenizer, examples))
     _write_atomic(out / "history.json", json.dumps(history, indent=1) + "\n")
@@ -435,25 +594,48 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
 
     provenance_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     metrics = {
-        "direction": args.direction, "recipe": args.recipe, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
-        "bleu": scores, "val": val, "parameters": count_parameters(model), "updates": last["step"],
-        "epochs": last["epoch"], "stopped_by": stopped_by, "processes": size,
+        "direction": args.direction,
+        "recipe": args.recipe,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "layers": args.layers,
+        "bleu": scores,
+        "val": val,
+        "parameters": count_parameters(model),
+        "updates": last["step"],
+        "epochs": last["epoch"],
+        "stopped_by": stopped_by,
+        "processes": size,
         "train_target_tokens_per_s": None if args.eval_only else (last.get("tokens", 0) - tokens_before) / train_s,
         "averaged_checkpoints": [p.name for p in paths],
-        "decoding": {"beam_size": BEAM, "alpha": ALPHA, "batch": args.decode_batch,
-                     "max_output": "input length + 50" if args.max_output is None else args.max_output},
-        "reference_check": reference_check, "checks": checks, "warnings": checks["warnings"],
-        "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
+        "decoding": {
+            "beam_size": BEAM,
+            "alpha": ALPHA,
+            "batch": args.decode_batch,
+            "max_output": "input length + 50" if args.max_output is None else args.max_output,
+        },
+        "reference_check": reference_check,
+        "checks": checks,
+        "warnings": checks["warnings"],
+        "model_config": dataclasses.asdict(config),
+        "train_config": dataclasses.asdict(cfg),
         "precision": precision,
-        "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple,
-                 "limit_train_batches": args.limit_train, "splits": args.splits, "encoded_cache": encoded.path.name},
-        "provenance": {**started_with, "date": provenance_date,
-                       "wall_s": phases, "time_budget_s": args.time_budget},
+        "data": {
+            "bpe_size": args.bpe_size,
+            "max_tokens": args.max_tokens,
+            "pad_multiple": args.pad_multiple,
+            "limit_train_batches": args.limit_train,
+            "splits": args.splits,
+            "encoded_cache": encoded.path.name,
+        },
+        "provenance": {**started_with, "date": provenance_date, "wall_s": phases, "time_budget_s": args.time_budget},
     }
     _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
-    print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all"
-          + (f"; {len(checks['warnings'])} WARNING(S) above: this run failed" if checks["warnings"] else ""),
-          flush=True)
+    print(
+        f"wrote {out}/metrics.json; {phases['total']:.0f} s in all"
+        + (f"; {len(checks['warnings'])} WARNING(S) above: this run failed" if checks["warnings"] else ""),
+        flush=True,
+    )
     return metrics
 
 
