@@ -15,6 +15,7 @@ T0 = time.perf_counter()  # the run's clock starts before the heavy imports
 
 import argparse
 import dataclasses
+from dataclasses import dataclass, field
 import datetime
 import json
 import os
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 from sacrebleu.metrics import BLEU
 
 from aiayn import bleu, corpus, data, health
@@ -382,13 +384,43 @@ def _start_processes() -> torch.device:
     return device
 
 
+@dataclass
+class State:
+    """What the phases of one run hand on: the folders, the process, the data, the model and, phase by phase, what
+    training, averaging and decoding made."""
+
+    out: Path
+    ckpt_dir: Path
+    existing: list[Path]
+    device: torch.device
+    rank: int
+    size: int
+    encoded: object = None
+    train_data: object = None
+    val_data: list = None
+    config: TransformerConfig = None
+    model: nn.Module = None
+    precision: str = "fp32"
+    started_with: dict = None
+    tokens_before: float = 0
+    cfg: TrainConfig = None
+    history: dict = None
+    last: dict = None
+    stopped_by: str = None
+    paths: list = None
+    val: dict = None
+    scores: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+    reference_check: dict = None
+    checks: dict = None
+
+
 def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | None:
     """Train (unless --eval-only), average, decode and score; write everything to args.out and return the metrics.
 
     Under torchrun every process trains; process 0 alone evaluates and writes, the others return None.
     """
-    phases = {}
-    tick = time.perf_counter()
+    phases, tick = {}, time.perf_counter()
     _check_options(args)
     out = Path(args.out)
     ckpt_dir = Path(args.ckpt_dir or ROOT / "checkpoints" / "experiment" / out.resolve().name)
@@ -406,6 +438,23 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
             f"{out} already holds the metrics.json of a finished run; choose another --out, or "
             f"delete {out} to run again"
         )
+    state = setup(args, argv, out, ckpt_dir)
+    phases["setup"] = time.perf_counter() - tick
+    tick = time.perf_counter()
+    train_phase(state, args, started)
+    phases["train"] = time.perf_counter() - tick
+    if state.rank > 0:
+        return None
+    for name, phase in (("average", average), ("decode_and_score", decode_and_score), ("write", write_outputs)):
+        tick = time.perf_counter()
+        phase(state, args)
+        phases[name] = time.perf_counter() - tick
+    phases["total"] = time.perf_counter() - started
+    return write_metrics(state, args, phases)
+
+
+def setup(args: argparse.Namespace, argv: list[str], out: Path, ckpt_dir: Path) -> State:
+    """Check the checkpoint folder, start the processes, read the encoded data, build the model."""
     existing = checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
     if existing and not (args.resume or args.eval_only):
         raise ExperimentError(
@@ -420,70 +469,64 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         moses_tokenize([], "de")  # sacremoses is there: fail now, not after training
     device = _start_processes()
     rank, size = world()
-    src_lang, tgt_lang = args.direction.split("-")
-
+    s = State(out, ckpt_dir, existing, device, rank, size)
     if rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        encoded = corpus.encoded(args.bpe_size)  # made once (needs spaCy then), read by every later run
-        encoded.tokenizer.save(ckpt_dir / "tokenizer.json")
+        s.encoded = corpus.encoded(args.bpe_size)  # made once (needs spaCy then), read by every later run
+        s.encoded.tokenizer.save(ckpt_dir / "tokenizer.json")
     if size > 1:
         dist.barrier()  # process 0 has written the cache
     if rank > 0:
-        encoded = corpus.encoded(args.bpe_size)
-    tokenizer = encoded.tokenizer
-    train_data = EpochBatches(
-        encoded.pairs("train", args.direction),
-        args.max_tokens,
-        seed=args.seed,
-        pad_multiple=args.pad_multiple,
-        device=device,
-    )
-    val_data = EpochBatches(
-        encoded.pairs("val", args.direction),
-        args.max_tokens,
-        shuffle=False,
-        pad_multiple=args.pad_multiple,
-        device=device,
-    )(0)
+        s.encoded = corpus.encoded(args.bpe_size)
+    batches = {"max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple, "device": device}
+    s.train_data = EpochBatches(s.encoded.pairs("train", args.direction), seed=args.seed, **batches)
+    s.val_data = EpochBatches(s.encoded.pairs("val", args.direction), shuffle=False, **batches)(0)
     if args.limit_train:
-        train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(train_data, args.limit_train)
-    config = make_config(args, len(tokenizer))
-    tokens_before = 0
+        s.train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(s.train_data, args.limit_train)
+    s.config = make_config(args, len(s.encoded.tokenizer))
     if existing:
-        last = read_checkpoint(existing[-1])
-        tokens_before = last["progress"].get("tokens", 0)
-        trained = TransformerConfig(**last["model_config"])
-        if trained != config:
-            raise ExperimentError(
-                f"{ckpt_dir} holds a model with {trained}, but --preset/--set ask for {config}; "
-                f"give the same --preset and --set as the run being continued, or another --ckpt-dir"
-            )
-        layers = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
-        if layers != args.layers:
-            raise ExperimentError(
-                f"{ckpt_dir} holds a model with --layers {layers}, not {args.layers}; give "
-                f"--layers {layers}, or another --ckpt-dir"
-            )
+        _check_continued(existing[-1], s.config, args.layers)
+        s.tokens_before = read_checkpoint(existing[-1])["progress"].get("tokens", 0)
     torch.manual_seed(args.seed)
-    model = build(config, args.layers).to(device)
-    precision = run_precision(device, args.precision)
+    s.model = build(s.config, args.layers).to(device)
+    s.precision = run_precision(device, args.precision)
     # the code and machine as the run starts (the tree may change while it trains); the date is the end's
-    started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
+    s.started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
     if rank == 0:
+        threads = torch.get_num_threads()
         where = (
             torch.cuda.get_device_name(device)
             if device.type == "cuda"
-            else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})"
+            else f"CPU ({cpu_name()}, {threads} thread{'s' if threads > 1 else ''})"
         )
         print(
-            f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
-            f"{precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})",
+            f"{args.direction}: {count_parameters(s.model):,} parameters on {where}, precision "
+            f"{s.precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})",
             flush=True,
         )
-    phases["setup"] = time.perf_counter() - tick
+    return s
 
-    tick = time.perf_counter()
-    cfg = TrainConfig(
+
+def _check_continued(path: Path, config: TransformerConfig, layers: str) -> None:
+    """A run continued (--resume, --eval-only) must build the model its checkpoints hold."""
+    last = read_checkpoint(path)
+    trained = TransformerConfig(**last["model_config"])
+    if trained != config:
+        raise ExperimentError(
+            f"{path.parent} holds a model with {trained}, but --preset/--set ask for {config}; "
+            f"give the same --preset and --set as the run being continued, or another --ckpt-dir"
+        )
+    held = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
+    if held != layers:
+        raise ExperimentError(
+            f"{path.parent} holds a model with --layers {held}, not {layers}; give "
+            f"--layers {held}, or another --ckpt-dir"
+        )
+
+
+def train_phase(s: State, args: argparse.Namespace, started: float) -> None:
+    """Train within the time budget (or read the history of the checkpoints, --eval-only); note why it stopped."""
+    s.cfg = TrainConfig(
         warmup=args.warmup,
         factor=args.factor,
         accum=args.accum,
@@ -491,149 +534,156 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         max_updates=args.max_updates,
         eps_ls=args.eps_ls,
         clip_norm=args.clip_norm,
-        ckpt_dir=str(ckpt_dir),
+        ckpt_dir=str(s.ckpt_dir),
         keep_last=max(args.average_last, 2),
         save_every=args.save_every,
-        precision=precision,
+        precision=s.precision,
         compile=args.compile,
         seed=args.seed,
         progress=args.progress,
     )
     if args.time_budget is not None:
-        cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
-        if cfg.max_seconds <= 0 and not args.eval_only:
+        s.cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
+        if s.cfg.max_seconds <= 0 and not args.eval_only:
             raise ExperimentError(
                 f"--time-budget {args.time_budget:g} s leaves no time to train after "
                 f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s"
             )
     if args.eval_only:
-        history = read_checkpoint(existing[-1])["progress"]["history"]
+        s.history = read_checkpoint(s.existing[-1])["progress"]["history"]
     else:
-        history = train(model, train_data, val_data, cfg, resume=bool(existing))
-    if size > 1:
+        s.history = train(s.model, s.train_data, s.val_data, s.cfg, resume=bool(s.existing))
+    if s.size > 1:
         dist.barrier()
         dist.destroy_process_group()
-        if rank > 0:
-            return None
-    last = read_checkpoint(checkpoints(ckpt_dir)[-1])["progress"]
+        if s.rank > 0:
+            return
+    s.last = read_checkpoint(checkpoints(s.ckpt_dir)[-1])["progress"]
     # the setting that ended training, as train() reports it (and stores it with the last checkpoint)
-    stopped_by = STOPPED_BY.get(history.get("stopped_by") or last.get("stopped_by"), "unknown")
-    train_s = time.perf_counter() - tick
-    print(f"training: {last['step']} updates, {last['epoch']} epochs, stopped by {stopped_by}", flush=True)
-    phases["train"] = train_s
+    s.stopped_by = STOPPED_BY.get(s.history.get("stopped_by") or s.last.get("stopped_by"), "unknown")
+    print(f"training: {s.last['step']} updates, {s.last['epoch']} epochs, stopped by {s.stopped_by}", flush=True)
 
-    tick = time.perf_counter()
-    paths = checkpoints(ckpt_dir)[-args.average_last :]
-    model.load_state_dict(average_checkpoints(paths))
+
+def average(s: State, args: argparse.Namespace) -> None:
+    """Average the last --average-last checkpoints (kept as averaged.pt) and measure the validation loss."""
+    s.paths = checkpoints(s.ckpt_dir)[-args.average_last :]
+    s.model.load_state_dict(average_checkpoints(s.paths))
     torch.save(
         {
-            "model_config": dataclasses.asdict(config),
+            "model_config": dataclasses.asdict(s.config),
             "layers": args.layers,
             "direction": args.direction,
-            "model": model.state_dict(),
+            "model": s.model.state_dict(),
         },
-        ckpt_dir / ".averaged.pt.tmp",
+        s.ckpt_dir / ".averaged.pt.tmp",
     )
-    os.replace(ckpt_dir / ".averaged.pt.tmp", ckpt_dir / "averaged.pt")
-    loss_fn = LabelSmoothingLoss(config.eps_ls if args.eps_ls is None else args.eps_ls, config.pad_id)
-    val = evaluate(model, val_data, loss_fn, device, precision)
-    print(f"averaged {len(paths)} checkpoints: val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}", flush=True)
-    phases["average"] = time.perf_counter() - tick
+    os.replace(s.ckpt_dir / ".averaged.pt.tmp", s.ckpt_dir / "averaged.pt")
+    loss_fn = LabelSmoothingLoss(s.config.eps_ls if args.eps_ls is None else args.eps_ls, s.config.pad_id)
+    s.val = evaluate(s.model, s.val_data, loss_fn, s.device, s.precision)
+    print(f"averaged {len(s.paths)} checkpoints: val loss {s.val['loss']:.3f}, val ppl {s.val['ppl']:.2f}", flush=True)
 
-    out.mkdir(parents=True, exist_ok=True)
-    scores, decode_s, reference_check, outputs = {}, {}, None, {}
+
+def decode_and_score(s: State, args: argparse.Namespace) -> None:
+    """Beam-search every chosen split, write its hypotheses, score them; then the run's checks on itself."""
+    s.out.mkdir(parents=True, exist_ok=True)
+    src_lang, tgt_lang = args.direction.split("-")
+    tokenizer = s.encoded.tokenizer
     if "test2016" in args.splits:
-        reference_check = check_reference_length()
+        s.reference_check = check_reference_length()
         print(
-            f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
-            f"tokens ({'equals' if reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})",
+            f"test 2016 German references, lowercased and Moses-tokenised: {s.reference_check['test2016_de_tokens']} "
+            f"tokens ({'equals' if s.reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})",
             flush=True,
         )
-    tick = time.perf_counter()
-    for split in (s for s in SCORED if s in args.splits):
+    for split in (x for x in SCORED if x in args.splits):
         start = time.perf_counter()
         pairs = data.load(split, src_lang, tgt_lang)
-        sources = encoded.ids[split][src_lang]
-        outputs[split] = translate_ids(model, sources, BEAM, ALPHA, args.decode_batch, args.max_output)
-        hyps = [tokenizer.decode(h).replace("\n", " ") for h in outputs[split]]
-        decode_s[split] = time.perf_counter() - start
-        _write_atomic(out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
-        scores[split] = {
+        sources = s.encoded.ids[split][src_lang]
+        s.outputs[split] = translate_ids(s.model, sources, BEAM, ALPHA, args.decode_batch, args.max_output)
+        hyps = [tokenizer.decode(h).replace("\n", " ") for h in s.outputs[split]]
+        decode_s = time.perf_counter() - start
+        _write_atomic(s.out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
+        s.scores[split] = {
             "file": f"{data.SPLITS[split][0]}.{tgt_lang}",
             "sentences": len(pairs),
-            "decode_s": decode_s[split],
+            "decode_s": decode_s,
             **score(hyps, [t for _, t in pairs], tgt_lang),
         }
         print(
-            f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
-            f"{scores[split]['tok_lc']['score']:.2f}  ({decode_s[split]:.1f} s)",
+            f"{split}: {s.scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
+            f"{s.scores[split]['tok_lc']['score']:.2f}  ({decode_s:.1f} s)",
             flush=True,
         )
-    phases["decode_and_score"] = time.perf_counter() - tick
-    checks = run_checks(
-        model, val_data, val, {split: [tokenizer.decode(h) for h in ids] for split, ids in outputs.items()}
-    )
-    for warning in checks["warnings"]:
+    hypotheses = {split: [tokenizer.decode(h) for h in ids] for split, ids in s.outputs.items()}
+    s.checks = run_checks(s.model, s.val_data, s.val, hypotheses)
+    for warning in s.checks["warnings"]:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
-    tick = time.perf_counter()
+
+def write_outputs(s: State, args: argparse.Namespace) -> None:
+    """The attention maps of three short test sentences (the book's layers only) and the training history."""
+    src_lang, tgt_lang = args.direction.split("-")
     if args.layers == "aiayn":  # PyTorch's layers do not hand out their weights the same way
         test = data.load("test2016", src_lang, tgt_lang)
         chosen = [i for i, p in enumerate(test) if 6 <= len(p[0].split()) <= 9][:3]  # three short sentences
-        src_ids = [encoded.ids["test2016"][src_lang][i] for i in chosen]
+        src_ids = [s.encoded.ids["test2016"][src_lang][i] for i in chosen]
         out_ids = (
-            [outputs["test2016"][i] for i in chosen]
-            if "test2016" in outputs
-            else translate_ids(model, src_ids, BEAM, ALPHA, max_len=args.max_output)
+            [s.outputs["test2016"][i] for i in chosen]
+            if "test2016" in s.outputs
+            else translate_ids(s.model, src_ids, BEAM, ALPHA, max_len=args.max_output)
         )
-        examples = [(s, o, test[i][0], tokenizer.decode(o), test[i][1]) for s, o, i in zip(src_ids, out_ids, chosen)]
-        np.savez_compressed(out / "attention.npz", **attention_maps(model, tokenizer, examples))
-    _write_atomic(out / "history.json", json.dumps(history, indent=1) + "\n")
-    phases["write"] = time.perf_counter() - tick
-    phases["total"] = time.perf_counter() - started
+        tokenizer = s.encoded.tokenizer
+        examples = [(x, o, test[i][0], tokenizer.decode(o), test[i][1]) for x, o, i in zip(src_ids, out_ids, chosen)]
+        np.savez_compressed(s.out / "attention.npz", **attention_maps(s.model, tokenizer, examples))
+    _write_atomic(s.out / "history.json", json.dumps(s.history, indent=1) + "\n")
 
+
+def write_metrics(s: State, args: argparse.Namespace, phases: dict) -> dict:
+    """metrics.json, written last: the scores, the checks, the settings and the provenance."""
+    src_lang, tgt_lang = args.direction.split("-")
     provenance_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    trained = None if args.eval_only else (s.last.get("tokens", 0) - s.tokens_before) / phases["train"]
     metrics = {
         "direction": args.direction,
         "recipe": args.recipe,
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "layers": args.layers,
-        "bleu": scores,
-        "val": val,
-        "parameters": count_parameters(model),
-        "updates": last["step"],
-        "epochs": last["epoch"],
-        "stopped_by": stopped_by,
-        "processes": size,
-        "train_target_tokens_per_s": None if args.eval_only else (last.get("tokens", 0) - tokens_before) / train_s,
-        "averaged_checkpoints": [p.name for p in paths],
+        "bleu": s.scores,
+        "val": s.val,
+        "parameters": count_parameters(s.model),
+        "updates": s.last["step"],
+        "epochs": s.last["epoch"],
+        "stopped_by": s.stopped_by,
+        "processes": s.size,
+        "train_target_tokens_per_s": trained,
+        "averaged_checkpoints": [p.name for p in s.paths],
         "decoding": {
             "beam_size": BEAM,
             "alpha": ALPHA,
             "batch": args.decode_batch,
             "max_output": "input length + 50" if args.max_output is None else args.max_output,
         },
-        "reference_check": reference_check,
-        "checks": checks,
-        "warnings": checks["warnings"],
-        "model_config": dataclasses.asdict(config),
-        "train_config": dataclasses.asdict(cfg),
-        "precision": precision,
+        "reference_check": s.reference_check,
+        "checks": s.checks,
+        "warnings": s.checks["warnings"],
+        "model_config": dataclasses.asdict(s.config),
+        "train_config": dataclasses.asdict(s.cfg),
+        "precision": s.precision,
         "data": {
             "bpe_size": args.bpe_size,
             "max_tokens": args.max_tokens,
             "pad_multiple": args.pad_multiple,
             "limit_train_batches": args.limit_train,
             "splits": args.splits,
-            "encoded_cache": encoded.path.name,
+            "encoded_cache": s.encoded.path.name,
         },
-        "provenance": {**started_with, "date": provenance_date, "wall_s": phases, "time_budget_s": args.time_budget},
+        "provenance": {**s.started_with, "date": provenance_date, "wall_s": phases, "time_budget_s": args.time_budget},
     }
-    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
+    _write_atomic(s.out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
     print(
-        f"wrote {out}/metrics.json; {phases['total']:.0f} s in all"
-        + (f"; {len(checks['warnings'])} WARNING(S) above: this run failed" if checks["warnings"] else ""),
+        f"wrote {s.out}/metrics.json; {phases['total']:.0f} s in all"
+        + (f"; {len(s.checks['warnings'])} WARNING(S) above: this run failed" if s.checks["warnings"] else ""),
         flush=True,
     )
     return metrics

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,9 +139,27 @@ def test_budget_guard_refuses(tmp_path, capsys):
     assert "7 waves × --budget 80 s = 560 s" in capsys.readouterr().err
     assert variations.main([*argv[:2], "--parallel", "0", "--out", str(out)]) == 2
     assert "--parallel must be at least 1" in capsys.readouterr().err
-    if not torch.cuda.is_available():
-        assert variations.main(["--rows", "base", "--out", str(variations.ROOT / "results" / "variations")]) == 2
-        assert "outside results/" in capsys.readouterr().err
+
+
+def test_cpu_rows_change_the_cpu_recipes_model_and_keep_d_v():
+    """Table 3 at CPU scale: 12 rows over the CPU recipe's model; (A) keeps h * d_k = d_model, (B) keeps d_v."""
+    rows, by_name = variations.rows_of("cpu")
+    base = variations.base_config(base="cpu")
+    assert (base.N, base.d_model, base.d_ff, base.h, base.P_drop) == (3, 256, 512, 8, 0.1)
+    assert len([r for r in rows if r.family not in ("base", "R")]) >= 12
+    for row in rows:
+        c = variations.config(row, base="cpu")
+        if row.family == "A":
+            assert c.h * (c.d_k or c.d_model // c.h) == c.d_model
+        if row.family == "B":
+            assert c.d_v == 32 and c.d_k < 32
+    args = variations.parse_args(["--base", "cpu"])
+    args.max_updates = variations.CPU_UPDATES
+    argv = variations.experiment_argv(args, by_name["B-d_k8"], 0, Path("o"), Path("c"))
+    assert argv[argv.index("--recipe") + 1] == "cpu" and {"d_k=8", "d_v=32"} <= set(argv)
+    assert argv[argv.index("--max-updates") + 1] == str(variations.CPU_UPDATES)
+    t2, t8 = by_name["R-tokens2048"].options, by_name["R-tokens8192"].options  # the same tokens as the base sees
+    assert t2["max_tokens"] * t2["max_updates"] == t8["max_tokens"] * t8["max_updates"] == 4096 * variations.CPU_UPDATES
 
 
 @pytest.fixture
@@ -181,6 +200,9 @@ def test_two_tiny_rows_end_to_end_then_skipped(multi30k_cache, tmp_path, one_thr
         "val_ppl",
         "val_bleu",
         "val_bleu_tok_lc",
+        "threads",
+        "precision",
+        "warnings",
         "parameters",
         "train_s",
         "total_s",
