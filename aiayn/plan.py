@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn import corpus, variations
+from aiayn import corpus, launch, variations
 from aiayn.provenance import ROOT
 
 STAGES = ("search", "final", "speed")
@@ -235,25 +235,9 @@ def _python(args: list[str], log: Path, env: dict | None = None) -> int:
     return code
 
 
-def _experiments(runs: dict[str, list[str]], out: Path, parallel: int) -> dict[str, int]:
+def _experiments(runs: dict[str, list[str]], out: Path, parallel: int) -> dict[str, int | None]:
     """Several `python -m aiayn.experiment` runs, `parallel` at a time, each with its own log; name -> exit code."""
-    queue, running, codes = list(runs.items()), {}, {}
-    concurrent = min(parallel, len(runs))
-    while queue or running:
-        while queue and len(running) < parallel:
-            name, argv = queue.pop(0)
-            running[name] = (variations._launch(argv, out / f"{name}.log", concurrent), time.perf_counter())
-        time.sleep(0.2)
-        for name, (process, start) in list(running.items()):
-            if process.poll() is not None:
-                codes[name] = process.returncode
-                del running[name]
-                print(
-                    f"{'ok' if process.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f} s: "
-                    f"{name} [{out / f'{name}.log'}]",
-                    flush=True,
-                )
-    return codes
+    return launch.run_all([launch.Job(name, argv, out / f"{name}.log") for name, argv in runs.items()], parallel)
 
 
 def scaling(profile: dict, out: Path, scratch: Path) -> dict:

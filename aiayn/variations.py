@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiayn import corpus, experiment
+from aiayn import corpus, experiment, launch
 from aiayn.model import PRESETS, TransformerConfig, parameter_count
 
 ROOT = experiment.ROOT
@@ -458,22 +456,6 @@ def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ck
     return argv
 
 
-def _launch(argv: list[str], log: Path, concurrent: int) -> subprocess.Popen:
-    """One run of aiayn.experiment in its own process, its output in `log`."""
-    env = {**os.environ, "AIAYN_CONCURRENT_RUNS": str(concurrent)}
-    # runs side by side share the cores (on a GPU machine, the host threads that launch its kernels)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // concurrent)))
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as handle:
-        return subprocess.Popen(
-            [sys.executable, "-m", "aiayn.experiment", *argv],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
-        )
-
-
 def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
     """Check the plan against --max-total, then run each (row, seed) without metrics.json; 0 if all succeed."""
     rows = select(args.rows, args.base)
@@ -512,43 +494,31 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
     command = " ".join(["python -m aiayn.variations", *argv])
     for size in dict.fromkeys(row.options.get("bpe_size", args.bpe_size) for row, _ in todo):
         corpus.encoded(size)  # made here once, before the runs read it side by side
-    failures, running, queue = [], {}, list(todo)
-    concurrent = min(args.parallel, len(todo))
-    timeout = 1.5 * args.budget + 60  # the experiment keeps its own budget; this only catches a hung run
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            row, seed = queue.pop(0)
-            name = f"{row.name}-s{seed}"
+    failures = []
+
+    def job(row: Row, seed: int) -> launch.Job:
+        name, log = f"{row.name}-s{seed}", out / f"{row.name}-s{seed}" / "run.log"
+
+        def before():
             shutil.rmtree(ckpt_root / name, ignore_errors=True)  # an interrupted run starts again from scratch
             print(f"start {name}: {describe(row, config(row, args.base_set, args.base))}", flush=True)
-            log = out / name / "run.log"
-            running[name] = (
-                _launch(experiment_argv(args, row, seed, out / name, ckpt_root / name), log, concurrent),
-                time.perf_counter(),
-                log,
-            )
-        time.sleep(0.2)
-        for name, (process, start, log) in list(running.items()):
-            if process.poll() is None and time.perf_counter() - start > timeout:
-                process.kill()
-                process.wait()
+
+        def after(code):
+            if code is None:
                 failures.append({"run": name, "error": f"killed after {timeout:.0f} s (see {log})"})
-            elif process.poll() is not None and process.returncode != 0:
+            elif code != 0:
                 tail = log.read_text(encoding="utf-8").strip().splitlines()[-1:] if log.is_file() else []
-                failures.append(
-                    {
-                        "run": name,
-                        "error": f"aiayn.experiment exited with {process.returncode}: {' '.join(tail)} (see {log})",
-                    }
-                )
-                print(f"error: {name} failed; see {log}", file=sys.stderr, flush=True)
-            if process.poll() is None:
-                continue
-            del running[name]
-            print(f"done {name} after {time.perf_counter() - start:.0f} s", flush=True)
+                error = f"aiayn.experiment exited with {code}: {' '.join(tail)} (see {log})"
+                failures.append({"run": name, "error": error})
             if not args.keep_checkpoints:
                 shutil.rmtree(ckpt_root / name, ignore_errors=True)
             write_summary(out, failures, command, args.base)
+
+        argv = experiment_argv(args, row, seed, out / name, ckpt_root / name)
+        return launch.Job(name, argv, log, before, after)
+
+    timeout = 1.5 * args.budget + 60  # the experiment keeps its own budget; this only catches a hung run
+    launch.run_all([job(row, seed) for row, seed in todo], args.parallel, timeout)
     summary = write_summary(out, failures, command, args.base)
     print(
         f"\nwrote {out}/summary.json: {len(summary['runs'])} runs; {time.perf_counter() - started:.0f} s in all",
