@@ -185,26 +185,14 @@ def model_overrides(pairs: list[str]) -> dict:
     return out
 
 
-# The settings a recipe may choose, and their values without one (the GPU-scale defaults of §5.3).
-DEFAULTS = {
-    "bpe_size": 8000,
-    "max_tokens": 8000,
-    "epochs": MULTI30K_TRAIN["epochs"],
-    "warmup": MULTI30K_TRAIN["warmup"],
-    "factor": MULTI30K_TRAIN["factor"],
-    "clip_norm": None,
-    "average_last": 10,
-    "time_budget": None,
-    "eval_reserve": 90.0,
-}
-# Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
-# search). Options given on the command line override the recipe's.
 STOPPED_BY = {
     "epochs": "epochs",
     "max_updates": "max_updates",
     "max_seconds": "time budget",
     "patience": "early stopping",
 }  # train()'s reason, as metrics.json words it
+# Named recipes: model changes (set) and settings of RunConfig, chosen on validation BLEU (§6.1 results shows the
+# searches). Options given on the command line override the recipe's.
 RECIPES = {
     "cpu": {
         "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1},
@@ -235,102 +223,133 @@ RECIPES = {
 }
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m aiayn.experiment",
-        description="Train on Multi30k, average the last "
-        "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.",
-    )
-    p.add_argument("--direction", choices=("en-de", "de-en"), required=True)
-    p.add_argument(
-        "--out", required=True, help="results folder (metrics, hypotheses, curves, attention; no checkpoints)"
-    )
-    p.add_argument(
-        "--recipe",
+def setting(default, help: str, **argparse_options):
+    """A field of RunConfig: its one default, its help, and how the command line takes it."""
+    factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    return field(**factory, metadata={"help": help, **argparse_options})
+
+
+@dataclass
+class RunConfig:
+    """Every setting of one run of ``python -m aiayn.experiment``, declared once: its default and its help. The
+    command line is generated from it (``parser``), and so is the command line of a run that another program starts
+    (``to_argv``)."""
+
+    direction: str = setting(None, "translation direction", choices=("en-de", "de-en"), required=True)
+    out: str = setting(None, "results folder (metrics, hypotheses, curves, attention; no checkpoints)", required=True)
+    recipe: str | None = setting(
+        None,
+        "a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 minutes on one GPU); "
+        "options given here override it",
         choices=sorted(RECIPES),
-        default=None,
-        help="a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 "
-        "minutes on one GPU); options given here override it",
     )
-    p.add_argument(
-        "--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>"
+    ckpt_dir: str | None = setting(None, "scratch folder for checkpoints; default checkpoints/experiment/<out name>")
+    preset: str = setting("multi30k", "model preset of aiayn.model: multi30k, base, big")
+    set: list = setting([], "TransformerConfig fields, e.g. N=6", nargs="*", metavar="FIELD=VALUE")
+    layers: str = setting("aiayn", "the book's layers, or PyTorch's nn.Transformer layers (the floor)", choices=LAYERS)
+    bpe_size: int = setting(8000, "joint BPE vocabulary (sets vocab_size)", type=int)
+    max_tokens: int = setting(8000, "token budget of one batch, per process", type=int)
+    pad_multiple: int = setting(1, "round batch lengths up to a multiple (8 for --compile)", type=int)
+    epochs: int = setting(MULTI30K_TRAIN["epochs"], "epochs at most", type=int)
+    max_updates: int | None = setting(None, "optimizer updates at most", type=int)
+    warmup: int = setting(MULTI30K_TRAIN["warmup"], "warmup updates of Equation (3)", type=int)
+    factor: float = setting(MULTI30K_TRAIN["factor"], "multiplies Equation (3)", type=float)
+    eps_ls: float | None = setting(None, "label smoothing (None: the model config's, 0.1)", type=float)
+    accum: int = setting(1, "micro-batches per optimizer update", type=int)
+    clip_norm: float | None = setting(None, "clip the gradient norm (None: no clipping)", type=float)
+    average_last: int = setting(10, "average this many of the last checkpoints", type=int)
+    save_every: int | None = setting(None, "also save every this many updates (else per epoch)", type=int)
+    time_budget: float | None = setting(
+        None, "seconds for the whole command; training stops when only --eval-reserve is left", type=float
     )
-    p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="TransformerConfig fields, e.g. N=6")
-    p.add_argument(
-        "--layers",
-        choices=LAYERS,
-        default="aiayn",
-        help="the book's layers, or PyTorch's nn.Transformer layers (the floor)",
+    eval_reserve: float = setting(90.0, "seconds kept for averaging, decoding, scoring", type=float)
+    resume: bool = setting(False, "continue an interrupted run (a finished one says so)", action="store_true")
+    eval_only: bool = setting(False, "skip training; evaluate the checkpoints there are", action="store_true")
+    limit_train: int | None = setting(None, "use only N training batches per epoch (smoke tests)", type=int)
+    decode_batch: int = setting(128, "sentences per beam-search batch", type=int)
+    max_output: int | None = setting(
+        None, "most output tokens per sentence (None: input length + 50, as in §6.1)", type=int
     )
-    d = DEFAULTS
-    p.add_argument("--bpe-size", type=int, help=f"joint BPE vocabulary (sets vocab_size; default {d['bpe_size']})")
-    p.add_argument("--max-tokens", type=int, help=f"token budget of one batch, per process (default {d['max_tokens']})")
-    p.add_argument("--pad-multiple", type=int, default=1, help="round batch lengths up to a multiple (8 for --compile)")
-    p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
-    p.add_argument("--max-updates", type=int, default=None)
-    p.add_argument("--warmup", type=int, help=f"default {d['warmup']}")
-    p.add_argument("--factor", type=float, help=f"multiplies Equation (3) (default {d['factor']})")
-    p.add_argument("--eps-ls", type=float, default=None, help="label smoothing (default: the model config's, 0.1)")
-    p.add_argument("--accum", type=int, default=1)
-    p.add_argument("--clip-norm", type=float, help="clip the gradient norm (default: no clipping)")
-    p.add_argument(
-        "--average-last", type=int, help=f"average this many of the last checkpoints (default {d['average_last']})"
-    )
-    p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
-    p.add_argument(
-        "--time-budget",
-        type=float,
-        help="seconds for the whole command; training stops when only --eval-reserve is left",
-    )
-    p.add_argument(
-        "--eval-reserve",
-        type=float,
-        help=f"seconds kept for averaging, decoding, scoring (default {d['eval_reserve']:g})",
-    )
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run (a finished one says so)")
-    p.add_argument("--eval-only", action="store_true", help="skip training; evaluate the checkpoints there are")
-    p.add_argument("--limit-train", type=int, default=None, help="use only N training batches per epoch (smoke tests)")
-    p.add_argument("--decode-batch", type=int, default=128, help="sentences per beam-search batch")
-    p.add_argument(
-        "--max-output",
-        type=int,
-        default=None,
-        help="most output tokens per sentence (default: input length + 50, as in §6.1)",
-    )
-    p.add_argument(
-        "--precision",
+    precision: str = setting(
+        "auto",
+        "auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU bf16 where it has "
+        "AMX, else fp32",
         choices=("auto", "bf16", "fp16", "fp32"),
-        default="auto",
-        help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
-        "bf16 where it has AMX, else fp32",
     )
-    p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
-    p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--splits",
+    compile: bool = setting(False, "torch.compile the model for training", action="store_true")
+    progress: bool = setting(False, "show a progress bar per epoch", action="store_true")
+    seed: int = setting(0, "seed of the initialisation, the batches and dropout", type=int)
+    splits: list = setting(
+        list(SCORED),
+        "sets to decode and score (default all five; val alone for Table 3, none to only train)",
         nargs="*",
         choices=SCORED,
-        default=list(SCORED),
-        help="sets to decode and score (default all five; val alone for Table 3, none to only train)",
     )
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, generated from RunConfig: one option per field, with its help and default. An option left
+    out takes the recipe's value, else the field's default (so argparse itself keeps no defaults)."""
+    p = argparse.ArgumentParser(
+        prog="python -m aiayn.experiment",
+        description="Train on Multi30k, average the last checkpoints, beam-search (K=4, α=0.6) and score val and the "
+        "four test sets.",
+        argument_default=argparse.SUPPRESS,
+    )
+    for f in dataclasses.fields(RunConfig):
+        options = {k: v for k, v in f.metadata.items() if k != "help"}
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = "" if options.get("required") or options.get("action") else f" (default {default})"
+        p.add_argument(_option(f.name), help=f.metadata["help"] + shown, **options)
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options, with those left out taken from --recipe, then from DEFAULTS."""
-    args = parser().parse_args(argv)
-    recipe = RECIPES.get(args.recipe, {})
-    for name, default in DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, recipe.get(name, default))
-    given = {pair.partition("=")[0] for pair in args.set}
-    args.set = [f"{k}={v}" for k, v in recipe.get("set", {}).items() if k not in given] + list(args.set)
-    return args
+def recipe_config(recipe: str | None) -> RunConfig:
+    """The settings a run has before its command line: the defaults, with the recipe's over them."""
+    chosen = {k: v for k, v in RECIPES.get(recipe, {}).items() if k != "set"}
+    base = RunConfig(**chosen, recipe=recipe)
+    base.set = [f"{k}={v}" for k, v in RECIPES.get(recipe, {}).get("set", {}).items()]
+    return base
 
 
-def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
+def parse_args(argv: list[str] | None = None) -> RunConfig:
+    """The run's settings: those given, then the recipe's, then RunConfig's defaults."""
+    given = vars(parser().parse_args(argv))
+    config = recipe_config(given.get("recipe"))
+    recipe_set = config.set
+    for name, value in given.items():
+        setattr(config, name, value)
+    changed = {pair.partition("=")[0] for pair in given.get("set", [])}
+    config.set = [p for p in recipe_set if p.partition("=")[0] not in changed] + list(given.get("set", []))
+    return config
+
+
+def to_argv(config: RunConfig) -> list[str]:
+    """The command line of a run with these settings: each setting that differs from its recipe's or default
+    value (``--set`` lists the model changes beyond the recipe's)."""
+    base, argv = recipe_config(config.recipe), []
+    for f in dataclasses.fields(RunConfig):
+        value, before = getattr(config, f.name), getattr(base, f.name)
+        if f.name == "recipe":
+            before = None  # the recipe itself is named whenever there is one
+        elif f.name == "set":
+            value = [p for p in value if p not in before]
+        if value == before or (f.name == "set" and not value):
+            continue
+        if isinstance(value, bool):
+            argv.append(_option(f.name))  # a flag that is on
+        elif isinstance(value, list):
+            argv += [_option(f.name), *map(str, value)]
+        else:
+            argv += [_option(f.name), f"{value:g}" if isinstance(value, float) else str(value)]
+    return argv
+
+
+def make_config(args: RunConfig, vocab_size: int) -> TransformerConfig:
     """The model config of --preset with the --set changes and the tokenizer's vocabulary size, checked."""
     if args.preset not in PRESETS:
         raise ExperimentError(f"unknown --preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
@@ -340,7 +359,7 @@ def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
         raise ExperimentError(f"--set {' '.join(args.set)}: {err}") from None
 
 
-def _check_options(args: argparse.Namespace) -> None:
+def _check_options(args: RunConfig) -> None:
     """Every option that can be checked before any work, with what to do instead."""
     make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)
     for name in (
@@ -415,7 +434,7 @@ class State:
     checks: dict = None
 
 
-def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | None:
+def run(args: RunConfig, argv: list[str], started: float) -> dict | None:
     """Train (unless --eval-only), average, decode and score; write everything to args.out and return the metrics.
 
     Under torchrun every process trains; process 0 alone evaluates and writes, the others return None.
@@ -453,7 +472,7 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
     return write_metrics(state, args, phases)
 
 
-def setup(args: argparse.Namespace, argv: list[str], out: Path, ckpt_dir: Path) -> State:
+def setup(args: RunConfig, argv: list[str], out: Path, ckpt_dir: Path) -> State:
     """Check the checkpoint folder, start the processes, read the encoded data, build the model."""
     existing = checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
     if existing and not (args.resume or args.eval_only):
@@ -524,7 +543,7 @@ def _check_continued(path: Path, config: TransformerConfig, layers: str) -> None
         )
 
 
-def train_phase(s: State, args: argparse.Namespace, started: float) -> None:
+def train_phase(s: State, args: RunConfig, started: float) -> None:
     """Train within the time budget (or read the history of the checkpoints, --eval-only); note why it stopped."""
     s.cfg = TrainConfig(
         warmup=args.warmup,
@@ -564,7 +583,7 @@ def train_phase(s: State, args: argparse.Namespace, started: float) -> None:
     print(f"training: {s.last['step']} updates, {s.last['epoch']} epochs, stopped by {s.stopped_by}", flush=True)
 
 
-def average(s: State, args: argparse.Namespace) -> None:
+def average(s: State, args: RunConfig) -> None:
     """Average the last --average-last checkpoints (kept as averaged.pt) and measure the validation loss."""
     s.paths = checkpoints(s.ckpt_dir)[-args.average_last :]
     s.model.load_state_dict(average_checkpoints(s.paths))
@@ -583,7 +602,7 @@ def average(s: State, args: argparse.Namespace) -> None:
     print(f"averaged {len(s.paths)} checkpoints: val loss {s.val['loss']:.3f}, val ppl {s.val['ppl']:.2f}", flush=True)
 
 
-def decode_and_score(s: State, args: argparse.Namespace) -> None:
+def decode_and_score(s: State, args: RunConfig) -> None:
     """Beam-search every chosen split, write its hypotheses, score them; then the run's checks on itself."""
     s.out.mkdir(parents=True, exist_ok=True)
     src_lang, tgt_lang = args.direction.split("-")
@@ -620,7 +639,7 @@ def decode_and_score(s: State, args: argparse.Namespace) -> None:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
 
-def write_outputs(s: State, args: argparse.Namespace) -> None:
+def write_outputs(s: State, args: RunConfig) -> None:
     """The attention maps of three short test sentences (the book's layers only) and the training history."""
     src_lang, tgt_lang = args.direction.split("-")
     if args.layers == "aiayn":  # PyTorch's layers do not hand out their weights the same way
@@ -638,7 +657,7 @@ def write_outputs(s: State, args: argparse.Namespace) -> None:
     _write_atomic(s.out / "history.json", json.dumps(s.history, indent=1) + "\n")
 
 
-def write_metrics(s: State, args: argparse.Namespace, phases: dict) -> dict:
+def write_metrics(s: State, args: RunConfig, phases: dict) -> dict:
     """metrics.json, written last: the scores, the checks, the settings and the provenance."""
     src_lang, tgt_lang = args.direction.split("-")
     provenance_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -18,6 +18,7 @@ the profile: model sizes, time budgets and how many runs share the device.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn import corpus, launch, variations
+from aiayn import corpus, experiment, launch, variations
 from aiayn.provenance import ROOT
 
 STAGES = ("search", "final", "speed")
@@ -60,18 +61,26 @@ TABLE3 = [
     "E-learned",
 ]
 
+# the rehearsal's model and run: small enough for a 2-core CPU to run every stage in minutes
+TINY = {
+    "set": ["d_model=32", "N=1", "d_ff=64", "h=2"],
+    "max_tokens": 2000,
+    "limit_train": 3,
+    "max_updates": 6,
+    "warmup": 10,
+}
 PROFILES = {
     "gpu": {
         "bpe_size": 8000,
-        "scaling": {"concurrency": [8], "budget": 45, "args": []},
+        "scaling": {"concurrency": [8], "budget": 45, "settings": {}},
         "variations": {
             "rows": TABLE3,
             "parallel": 8,
             "budget": 250,
             "total": 530,
-            "args": ["--max-tokens", "4096", "--warmup", "1000", "--factor", "0.5"],
+            "settings": {"max_tokens": 4096, "warmup": 1000, "factor": 0.5},
         },
-        "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "args": ["--recipe", "gpu"]},
+        "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
         "speed": [
             ["benchmarks/train_throughput.py", "--out", "{out}/bench_train.json"],
             [
@@ -116,74 +125,25 @@ PROFILES = {
         "scaling": {
             "concurrency": [1, 2],
             "budget": 30,
-            "args": [
-                "--set",
-                "d_model=32",
-                "N=1",
-                "d_ff=64",
-                "h=2",
-                "--max-tokens",
-                "2000",
-                "--limit-train",
-                "3",
-                "--max-updates",
-                "6",
-                "--warmup",
-                "10",
-            ],
+            "settings": TINY,
         },
         "variations": {
             "rows": ["base", "A-h1", "R-factor1"],
             "parallel": "auto",
             "budget": 60,
             "total": 240,
-            "args": [
-                "--base-set",
-                "d_model=32",
-                "N=1",
-                "d_ff=64",
-                "h=2",
-                "--max-tokens",
-                "2000",
-                "--limit-train",
-                "3",
-                "--max-updates",
-                "6",
-                "--warmup",
-                "10",
-                "--max-output",
-                "6",
-                "--eval-reserve",
-                "40",
-            ],
+            "settings": {
+                "base_set": TINY["set"],
+                **{k: v for k, v in TINY.items() if k != "set"},
+                "max_output": 6,
+                "eval_reserve": 40,
+            },
         },
         "final": {
             "parallel": 2,
             "budget": 120,
             "seeds": [],
-            "args": [
-                "--set",
-                "d_model=32",
-                "N=1",
-                "d_ff=64",
-                "h=2",
-                "--max-tokens",
-                "2000",
-                "--limit-train",
-                "3",
-                "--max-updates",
-                "6",
-                "--warmup",
-                "10",
-                "--average-last",
-                "2",
-                "--max-output",
-                "6",
-                "--decode-batch",
-                "256",
-                "--eval-reserve",
-                "100",
-            ],
+            "settings": {**TINY, "average_last": 2, "max_output": 6, "decode_batch": 256, "eval_reserve": 100},
         },
         "speed": [
             ["benchmarks/train_throughput.py", "--quick", "--out", "{out}/bench_train.json"],
@@ -246,26 +206,20 @@ def scaling(profile: dict, out: Path, scratch: Path) -> dict:
     report = {"budget_s": p["budget"], "results": []}
     for k in p["concurrency"]:
         runs = {
-            f"k{k}-{i}": [
-                "--direction",
-                "en-de",
-                "--out",
-                str(out / "scaling" / f"k{k}-{i}"),
-                "--ckpt-dir",
-                str(scratch / "scaling" / f"k{k}-{i}"),
-                "--bpe-size",
-                str(profile["bpe_size"]),
-                "--time-budget",
-                str(p["budget"]),
-                "--eval-reserve",
-                "10",
-                "--splits",
-                "--epochs",
-                "1000",
-                "--seed",
-                str(i),
-                *p["args"],
-            ]
+            f"k{k}-{i}": experiment.to_argv(
+                experiment.RunConfig(
+                    direction="en-de",
+                    out=str(out / "scaling" / f"k{k}-{i}"),
+                    ckpt_dir=str(scratch / "scaling" / f"k{k}-{i}"),
+                    bpe_size=profile["bpe_size"],
+                    time_budget=p["budget"],
+                    eval_reserve=10.0,
+                    splits=[],
+                    epochs=1000,
+                    seed=i,
+                    **p["settings"],
+                )
+            )
             for i in range(k)
         }
         codes = _experiments(runs, out / "scaling", k)
@@ -321,9 +275,7 @@ def search(profile: dict, out: Path, scratch: Path, started: float) -> dict:
         str(out / "variations"),
         "--ckpt-root",
         str(scratch / "variations"),
-        "--bpe-size",
-        str(profile["bpe_size"]),
-        *p["args"],
+        *_flags({"bpe_size": profile["bpe_size"], **p["settings"]}),
     ]
     code = variations.main(argv)
     summary = json.loads((out / "variations" / "summary.json").read_text())
@@ -333,27 +285,27 @@ def search(profile: dict, out: Path, scratch: Path, started: float) -> dict:
     return recipe
 
 
-def recipe_argv(recipe: dict | None, profile_args: list[str]) -> list[str]:
-    """The final runs' options: the profile's, then the chosen row's model changes and experiment options."""
-    argv = list(profile_args)
-    if not recipe:
-        return argv
-    changes = [f"{k}={v}" for k, v in recipe["changes"].items()]
-    if changes:
-        if "--set" in argv:  # join the profile's --set values and the row's (the row wins)
-            i = argv.index("--set")
-            j = next((k for k in range(i + 1, len(argv)) if argv[k].startswith("--")), len(argv))
-            mine = {c.split("=")[0] for c in changes}
-            argv[i + 1 : j] = [c for c in argv[i + 1 : j] if c.split("=")[0] not in mine] + changes
-        else:
-            argv += ["--set", *changes]
-    for key, value in recipe["options"].items():
-        flag = f"--{key.replace('_', '-')}"
-        if flag in argv:
-            argv[argv.index(flag) + 1] = str(value)
-        else:
-            argv += [flag, str(value)]
+def _flags(settings: dict) -> list[str]:
+    """A command line from settings: --name value (a list gives several values)."""
+    argv = []
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])]
     return argv
+
+
+def recipe_config(recipe: dict | None, settings: dict) -> experiment.RunConfig:
+    """The final runs' settings (direction and folders still to be given): the profile's, then the chosen row's
+    model changes and experiment options."""
+    config = experiment.recipe_config(settings.get("recipe"))
+    given = {k: v for k, v in settings.items() if k != "set"}
+    config = dataclasses.replace(config, direction="en-de", out="", **given)
+    changes = dict(pair.partition("=")[::2] for pair in settings.get("set", []))
+    if recipe:
+        changes.update({k: str(v) for k, v in recipe["changes"].items()})
+        config = dataclasses.replace(config, **recipe["options"])
+    mine = set(changes)
+    config.set = [p for p in config.set if p.partition("=")[0] not in mine] + [f"{k}={v}" for k, v in changes.items()]
+    return config
 
 
 def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> dict[str, int]:
@@ -363,36 +315,28 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
 
     recipe = json.loads(Path(recipe_path).read_text()) if recipe_path else None
     p = profile["final"]
-    common = recipe_argv(recipe, ["--bpe-size", str(profile["bpe_size"]), *p["args"]])
-    bpe = int(common[common.index("--bpe-size") + 1])
-    corpus.encoded(bpe)
-    specs = {name: (direction, layers, []) for name, (direction, layers) in FINAL_RUNS.items()}
+    common = recipe_config(recipe, {"bpe_size": profile["bpe_size"], **p["settings"]})
+    corpus.encoded(common.bpe_size)
+    specs = {name: (direction, layers, {}) for name, (direction, layers) in FINAL_RUNS.items()}
     specs.update(
         {
-            f"{SEEDS}/{direction}-seed{seed}": (
-                direction,
-                "aiayn",
-                ["--seed", str(seed), "--splits", "val", "test2016"],
-            )
+            f"{SEEDS}/{direction}-seed{seed}": (direction, "aiayn", {"seed": seed, "splits": ["val", "test2016"]})
             for seed in p["seeds"]
             for direction in ("en-de", "de-en")
         }
     )
     runs = {
-        name: [
-            "--direction",
-            direction,
-            "--layers",
-            layers,
-            *extra,
-            "--out",
-            str(out / name),
-            "--ckpt-dir",
-            str(scratch / name),
-            "--time-budget",
-            str(p["budget"]),
-            *common,
-        ]
+        name: experiment.to_argv(
+            dataclasses.replace(
+                common,
+                direction=direction,
+                layers=layers,
+                out=str(out / name),
+                ckpt_dir=str(scratch / name),
+                time_budget=float(p["budget"]),
+                **extra,
+            )
+        )
         for name, (direction, layers, extra) in specs.items()
     }
     for name in runs:
@@ -489,7 +433,7 @@ def show(profile_name: str) -> str:
     seeds = f", and seeds {', '.join(map(str, f['seeds']))} of both directions" if f["seeds"] else ""
     lines.append(
         f"final: {', '.join(FINAL_RUNS)}{seeds}, {f['parallel']} at once, --time-budget {f['budget']} "
-        f"{' '.join(f['args'])} (or with --recipe FILE, a row of the search's recipe.json); then the "
+        f"{' '.join(_flags(f['settings']))} (or with --recipe FILE, a row of the search's recipe.json); then the "
         f"decoding benchmark and the model files"
     )
     lines += ["speed: python " + " ".join(cmd) for cmd in profile["speed"]]

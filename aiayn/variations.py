@@ -12,6 +12,7 @@ these on validation BLEU alone (`best_row`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import shutil
@@ -26,6 +27,19 @@ from aiayn.model import PRESETS, TransformerConfig, parameter_count
 
 ROOT = experiment.ROOT
 BASE = "multi30k"
+# the experiment's options that a call of variations passes on to every run (RunConfig declares them)
+PASSED = (
+    "bpe_size",
+    "max_tokens",
+    "max_updates",
+    "warmup",
+    "factor",
+    "limit_train",
+    "decode_batch",
+    "max_output",
+    "pad_multiple",
+    "precision",
+)
 STARTUP_S = 20  # imports, CUDA start and the encoded cache before the first run, added to the estimate
 OPTIONS = ("bpe_size", "max_tokens", "factor", "warmup", "average_last")  # experiment options a recipe row may set
 
@@ -392,68 +406,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoints (default: delete)")
     p.add_argument("--base-set", nargs="*", default=[], metavar="FIELD=VALUE", help="change the base config first")
     p.add_argument("--direction", choices=("en-de", "de-en"), default="en-de")
-    p.add_argument("--bpe-size", type=int, default=8000)
     p.add_argument("--average-last", type=int, default=1, help="the paper's Table 3 uses no checkpoint averaging")
     p.add_argument("--eval-reserve", type=float, default=25.0, help="seconds of each budget kept for scoring val")
-    for name in (
-        "--max-tokens",
-        "--max-updates",
-        "--warmup",
-        "--limit-train",
-        "--decode-batch",
-        "--max-output",
-        "--pad-multiple",
-    ):
-        p.add_argument(name, type=int, default=None, help="passed to aiayn.experiment")
-    p.add_argument("--factor", type=float, default=None, help="passed to aiayn.experiment")
-    p.add_argument("--precision", default=None, help="passed to aiayn.experiment")
+    fields = {f.name: f for f in dataclasses.fields(experiment.RunConfig)}
+    for name in PASSED:  # the experiment's own options, declared there once
+        options = {k: v for k, v in fields[name].metadata.items() if k in ("type", "choices")}
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            default=None,
+            help=f"{fields[name].metadata['help']} (passed to aiayn.experiment)",
+            **options,
+        )
     return p.parse_args(argv)
 
 
 def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ckpt: Path) -> list[str]:
     """The aiayn.experiment command line of one (row, seed) run: the row's changes and options over the base."""
     changes = {**experiment.model_overrides(args.base_set), **row.changes}
-    if args.base != BASE:  # the recipe's settings, with the row's over them
-        changes = {**experiment.RECIPES[args.base]["set"], **changes}
-    options = {
-        "bpe_size": args.bpe_size,
-        "average_last": args.average_last,
-        "max_tokens": args.max_tokens,
-        "warmup": args.warmup,
-        "factor": args.factor,
-        "max_updates": args.max_updates,
-        "limit_train": args.limit_train,
-        "decode_batch": args.decode_batch,
-        "max_output": args.max_output,
-        "pad_multiple": args.pad_multiple,
-        "precision": args.precision,
-        **row.options,
-    }
-    argv = [
-        "--direction",
-        args.direction,
-        "--out",
-        str(out),
-        "--ckpt-dir",
-        str(ckpt),
-        "--preset",
-        BASE,
-        *(["--recipe", args.base] if args.base != BASE else []),
-        "--eval-reserve",
-        f"{args.eval_reserve:g}",
-        "--time-budget",
-        f"{args.budget:g}",
-        "--seed",
-        str(seed),
-        "--splits",
-        "val",
-    ]
-    if changes:
-        argv += ["--set", *(f"{k}={v}" for k, v in changes.items())]
-    for name, value in options.items():
-        if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-    return argv
+    recipe = args.base if args.base != BASE else None
+    config = experiment.recipe_config(recipe)
+    given = {name: getattr(args, name) for name in PASSED if getattr(args, name) is not None}
+    config = dataclasses.replace(
+        config,
+        direction=args.direction,
+        out=str(out),
+        ckpt_dir=str(ckpt),
+        preset=BASE,
+        eval_reserve=args.eval_reserve,
+        time_budget=args.budget,
+        seed=seed,
+        splits=["val"],
+        average_last=args.average_last,
+        **{**given, **row.options},
+    )
+    config.set = [*(p for p in config.set if p.partition("=")[0] not in changes)]
+    config.set += [f"{k}={v}" for k, v in changes.items()]
+    return experiment.to_argv(config)
 
 
 def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
@@ -492,7 +480,8 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
             f"larger --parallel, and run the rest in another call: finished runs are skipped"
         )
     command = " ".join(["python -m aiayn.variations", *argv])
-    for size in dict.fromkeys(row.options.get("bpe_size", args.bpe_size) for row, _ in todo):
+    bpe_size = args.bpe_size or experiment.RunConfig.bpe_size
+    for size in dict.fromkeys(row.options.get("bpe_size", bpe_size) for row, _ in todo):
         corpus.encoded(size)  # made here once, before the runs read it side by side
     failures = []
 

@@ -1,6 +1,7 @@
 """The one-command experiment: reference length, time budget, option errors, and a tiny run end to end."""
 
 import json
+from dataclasses import fields
 import os
 from pathlib import Path
 
@@ -419,6 +420,9 @@ def test_recipe_fills_what_the_command_line_leaves_out():
     assert args.factor == 0.3 and args.warmup == cpu["warmup"]
     assert experiment.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
     plain = experiment.parse_args(["--direction", "en-de", "--out", "x"])
-    assert {k: getattr(plain, k) for k in experiment.DEFAULTS} == experiment.DEFAULTS and plain.set == []
+    assert plain == experiment.RunConfig(direction="en-de", out="x") and plain.set == []
+    # one declaration: the command line is generated from RunConfig, and a config's command line parses back to it
+    assert {a.dest for a in experiment.parser()._actions} - {"help"} == {f.name for f in fields(experiment.RunConfig)}
+    assert experiment.parse_args(experiment.to_argv(args)) == args
     with pytest.raises(SystemExit):
         experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "laptop"])

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from aiayn import plan, pretrained
+from aiayn import experiment, plan, pretrained
 from aiayn.provenance import ROOT
 
 
@@ -146,12 +146,15 @@ def test_the_gpu_profile_needs_a_gpu_and_results_hold_no_rehearsal(tmp_path, cap
 def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
     text = plan.show("gpu")
     assert text.count("\n") >= 3 and "search:" in text and "final:" in text and "speed: python" in text
-    argv = plan.recipe_argv(
+    config = plan.recipe_config(
         {"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
-        ["--set", "d_model=32", "P_drop=0.1", "--max-tokens", "2000", "--warmup", "10"],
+        {"set": ["d_model=32", "P_drop=0.1"], "max_tokens": 2000, "warmup": 10},
     )
-    assert argv == ["--set", "d_model=32", "P_drop=0.4", "--max-tokens", "4000", "--warmup", "10", "--factor", "2.5"]
-    assert plan.recipe_argv(None, ["--warmup", "10"]) == ["--warmup", "10"]
+    assert config.set == ["d_model=32", "P_drop=0.4"]
+    assert (config.max_tokens, config.warmup, config.factor) == (4000, 10, 2.5)
+    assert plan.recipe_config(None, {"warmup": 10}).warmup == 10
+    gpu = plan.recipe_config(None, plan.PROFILES["gpu"]["final"]["settings"])  # the GPU recipe, as named
+    assert experiment.to_argv(gpu)[-2:] == ["--recipe", "gpu"] and gpu.max_tokens == 8192
 
 
 def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):
