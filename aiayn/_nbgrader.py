@@ -77,6 +77,11 @@ def restore(nb, instructor: dict) -> list[str]:
         new.metadata["nbgrader"] = metadata(name)
         nb.cells.append(new)
 
+    return _notes(dropped, changed, edited, recognised, missing)
+
+
+def _notes(dropped: list, changed: list, edited: list, recognised: int, missing: list) -> list[str]:
+    """restore's report: a line for each kind of change it made."""
     notes = []
     if dropped:
         notes.append(

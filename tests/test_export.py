@@ -51,3 +51,26 @@ def test_the_formatter_leaves_exactly_the_generated_modules_alone():
     config = tomllib.loads((_export.ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     excluded = {p for p in config["extend-exclude"] if p.startswith("aiayn/")}
     assert excluded == {f"aiayn/{name}.py" for name in _export.generated_files()}
+
+
+def test_no_function_outside_the_checks_is_longer_than_80_lines():
+    """A function a maintainer reads in one screen; the checks (long tables of cases) excepted."""
+    import ast
+
+    long = []
+    for path in sorted(_export.PACKAGE.glob("*.py")):
+        if path.name == "checks.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
+
+
+def test_the_results_pages_import_nothing_that_trains():
+    import subprocess
+    import sys
+
+    code = "import sys, aiayn.results, aiayn.glue; print(sorted(m for m in sys.modules if m.startswith('aiayn.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert not {"aiayn.training", "aiayn.experiment", "aiayn.plan", "aiayn.variations"} & set(eval(loaded))
