@@ -33,6 +33,7 @@ book: data
 
 test: data
 	$(BIN)/python -m aiayn._export --check
+	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest -p no:cacheprovider tests book $(NBVAL)
 
 # Write the chapters' export cells into aiayn/.

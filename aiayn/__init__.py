@@ -20,11 +20,17 @@ these modules says on its first line which chapter it comes from):
 
 The machinery around them is written by hand:
 
-    runs            data (Multi30k), corpus (the encoded cache), experiment (one run of §6.1), health (a failed
-                    run's signs), variations (Table 3), plan (the GPU stages), provenance, pretrained (shipped models)
+    runs            data (Multi30k), corpus (the encoded cache), experiment (one run of §6.1; RunConfig declares
+                    its settings), health (a failed run's signs), variations (Table 3), launch (several runs at
+                    once), plan (the GPU stages), provenance, pretrained (shipped models)
     course          course, checks, _nbgrader (the graded exercises)
     site            _book (executes chapters), _export (writes the modules above), glue
+
+The convention that tells them apart: a generated module's first line is "# Generated from book/..." and it keeps the
+chapter's form (79 columns); every other module is hand-written, formatted by ruff at 120 columns (pyproject.toml), and
+`make test` checks both. No module of the results pages (results, glue) imports one that trains.
 """
+
 from pathlib import Path
 
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@
 Stored outputs serve readers on GitHub and Colab, and nbval compares the cells tagged
 ``nbval-check-output`` against them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,9 @@ def execute(path: Path, timeout: int = 1800, into: Path | None = None) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        ).execute()
     finally:
         if into is not None:
             Path(into).parent.mkdir(parents=True, exist_ok=True)
@@ -48,8 +50,13 @@ def run_record(seconds: float) -> dict:
     from aiayn.provenance import cpu_name
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"seconds": round(seconds, 1), "device": gpu or cpu_name(), "cores": os.cpu_count(),
-            "gpu": gpu is not None, "torch": torch.__version__}
+    return {
+        "seconds": round(seconds, 1),
+        "device": gpu or cpu_name(),
+        "cores": os.cpu_count(),
+        "gpu": gpu is not None,
+        "torch": torch.__version__,
+    }
 
 
 def vendor_vega() -> None:
@@ -65,8 +72,12 @@ def vendor_vega() -> None:
     wanted = {"vega": alt.VEGA_VERSION, "vega-lite": alt.VEGALITE_VERSION, "vega-embed": alt.VEGAEMBED_VERSION}
     with tempfile.TemporaryDirectory() as tmp:
         for lib, version in wanted.items():
-            out = subprocess.run(["npm", "pack", f"{lib}@{version}", "--pack-destination", tmp],
-                                 check=True, capture_output=True, text=True).stdout.split()[-1]
+            out = subprocess.run(
+                ["npm", "pack", f"{lib}@{version}", "--pack-destination", tmp],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()[-1]
             with tarfile.open(Path(tmp) / out) as tar:
                 tar.extractall(Path(tmp) / lib, filter="data")
             shutil.copyfile(Path(tmp) / lib / "package" / "build" / f"{lib}.min.js", dest / f"{lib}.min.js")
@@ -75,7 +86,8 @@ def vendor_vega() -> None:
         "// Tells altair's chart loader that the vendored libraries are present, so no chart fetches them from a CDN.\n"
         f"// Versions as altair {alt.__version__} asks for them; refresh with `make vendor-vega`.\n"
         f'var VEGA_DEBUG = {{vega_version: "{alt.VEGA_VERSION}", vegalite_version: "{alt.VEGALITE_VERSION}", '
-        f'vegaembed_version: "{alt.VEGAEMBED_VERSION}"}};\n')
+        f'vegaembed_version: "{alt.VEGAEMBED_VERSION}"}};\n'
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ comments, so that the reader's code shows only the idea; the site labels the exp
     python -m aiayn._export           # regenerate the package from book/*.ipynb
     python -m aiayn._export --check   # exit 1 if the package differs from the chapters
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from aiayn import ROOT
+
 BOOK, PACKAGE = ROOT / "book", ROOT / "aiayn"
 HEADER = "# Generated from {sources} by `python -m aiayn._export`. Edit the chapter, not this file.\n"
 _HEADING = re.compile(r"^#{1,4}\s+(.+)$", re.M)
@@ -44,8 +46,10 @@ def collect(book: Path = BOOK) -> dict[str, tuple[list[str], list[str]]]:
                 continue
             module = tags[0].partition(":")[2] or default
             if module is None:
-                raise SystemExit(f"{nb_path.name}: a cell tagged 'export' names no module and the notebook metadata "
-                                 f"has no aiayn.default_exp")
+                raise SystemExit(
+                    f"{nb_path.name}: a cell tagged 'export' names no module and the notebook metadata "
+                    f"has no aiayn.default_exp"
+                )
             body = _source(cell)
             sources, blocks = modules.setdefault(module, ([], []))
             rel = f"book/{nb_path.name}"
@@ -75,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wanted = {name: render(*parts) for name, parts in collect().items()}
     stale = generated_files() - set(wanted)
-    differ = [n for n, text in wanted.items()
-              if not (PACKAGE / f"{n}.py").exists() or (PACKAGE / f"{n}.py").read_text(encoding="utf-8") != text]
+    differ = [
+        n
+        for n, text in wanted.items()
+        if not (PACKAGE / f"{n}.py").exists() or (PACKAGE / f"{n}.py").read_text(encoding="utf-8") != text
+    ]
     if args.check:
         for name in sorted(differ):
             print(f"aiayn/{name}.py differs from its chapter's export cells", file=sys.stderr)

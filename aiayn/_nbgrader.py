@@ -1,6 +1,7 @@
 """An nbgrader plug-in for the book's courses, named in the ``nbgrader_config.py`` that ``python -m aiayn.course
 course`` writes: before nbgrader's own OverwriteCells, every cell of a submission gets its nbgrader metadata from the
 gradebook (the instructor's source notebook), never from the submission."""
+
 import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -9,9 +10,11 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 def instructor_cells(gb, notebook: str, assignment: str) -> dict:
     """What the gradebook holds of the instructor's copy of a notebook: its cells, points and solution cells."""
     source = gb.find_notebook(notebook, assignment)
-    return {"cells": [(c.name, c.cell_type, c.locked, c.source) for c in source.source_cells],
-            "points": {c.name: c.max_score for c in source.grade_cells},
-            "solutions": {c.name for c in source.solution_cells}}
+    return {
+        "cells": [(c.name, c.cell_type, c.locked, c.source) for c in source.source_cells],
+        "points": {c.name: c.max_score for c in source.grade_cells},
+        "solutions": {c.name for c in source.solution_cells},
+    }
 
 
 def restore(nb, instructor: dict) -> list[str]:
@@ -31,8 +34,13 @@ def restore(nb, instructor: dict) -> list[str]:
     by_source = {src.strip(): name for name, _, locked, src in cells if locked and src.strip()}
 
     def metadata(name):
-        meta = {"grade": name in points, "grade_id": name, "locked": known[name][1],
-                "schema_version": 3, "solution": name in solutions}
+        meta = {
+            "grade": name in points,
+            "grade_id": name,
+            "locked": known[name][1],
+            "schema_version": 3,
+            "solution": name in solutions,
+        }
         if name in points:
             meta["points"] = points[name]
         return meta
@@ -69,21 +77,33 @@ def restore(nb, instructor: dict) -> list[str]:
         new.metadata["nbgrader"] = metadata(name)
         nb.cells.append(new)
 
+    return _notes(dropped, changed, edited, recognised, missing)
+
+
+def _notes(dropped: list, changed: list, edited: list, recognised: int, missing: list) -> list[str]:
+    """restore's report: a line for each kind of change it made."""
     notes = []
     if dropped:
-        notes.append(f"{len(dropped)} cell(s) marked as nbgrader cells that the assignment does not have, or copies "
-                     f"({', '.join(dropped)}): run as ordinary cells")
+        notes.append(
+            f"{len(dropped)} cell(s) marked as nbgrader cells that the assignment does not have, or copies "
+            f"({', '.join(dropped)}): run as ordinary cells"
+        )
     if changed:
-        notes.append(f"{len(changed)} cell(s) whose nbgrader metadata (points, read-only, graded) differ from the "
-                     f"instructor's copy ({', '.join(changed)}): restored")
+        notes.append(
+            f"{len(changed)} cell(s) whose nbgrader metadata (points, read-only, graded) differ from the "
+            f"instructor's copy ({', '.join(changed)}): restored"
+        )
     if edited:
-        notes.append(f"{len(edited)} read-only or graded cell(s) edited ({', '.join(edited)}): the instructor's source "
-                     f"runs instead")
+        notes.append(
+            f"{len(edited)} read-only or graded cell(s) edited ({', '.join(edited)}): the instructor's source "
+            f"runs instead"
+        )
     if recognised:
         notes.append(f"{recognised} cell(s) without nbgrader metadata recognised by their source")
     if missing:
-        notes.append(f"{len(missing)} graded cell(s) missing from the submission ({', '.join(missing)}): appended "
-                     f"at the end")
+        notes.append(
+            f"{len(missing)} graded cell(s) missing from the submission ({', '.join(missing)}): appended at the end"
+        )
     return notes
 
 

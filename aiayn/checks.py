@@ -10,6 +10,7 @@ it calls the book's implementation of what it was asked to write (or a copy of t
 A check passes silently apart from one line; it fails with an AssertionError that says what is wrong, by how much
 (relative errors) and, where a common mistake explains it, why.
 """
+
 import contextlib
 import dis
 import importlib.util
@@ -49,11 +50,11 @@ class Assignment:
 
     key: str
     title: str
-    notebook: str       # the notebook's name without its number: "attention" for book/02_attention.ipynb
-    names: list[str]    # the student's function or class, under any of these names
+    notebook: str  # the notebook's name without its number: "attention" for book/02_attention.ipynb
+    names: list[str]  # the student's function or class, under any of these names
     signature: str
     references: list[str] = field(default_factory=list)  # dotted paths of what the student's code may not call
-    minutes: int = 0    # suggested time, for the larger assignments
+    minutes: int = 0  # suggested time, for the larger assignments
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -66,15 +67,18 @@ ASSIGNMENTS: dict[str, Assignment] = {}
 
 def _assignment(key, title, notebook, names, signature, references=(), minutes=0):
     def register(make_checks):
-        ASSIGNMENTS[key] = Assignment(key, title, notebook, list(names), signature, list(references), minutes,
-                                      [Check(*c) for c in make_checks()])
+        ASSIGNMENTS[key] = Assignment(
+            key, title, notebook, list(names), signature, list(references), minutes, [Check(*c) for c in make_checks()]
+        )
         return make_checks
+
     return register
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Running a check
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _student(a: Assignment, namespace: dict):
     for name in a.names:
@@ -93,8 +97,11 @@ def check(assignment: str, key: str, namespace: dict) -> None:
     points = f"{c.points} point{'s' * (c.points != 1)}"
     if message:  # printed wrapped, where a notebook or a feedback page shows it whole, then raised: 0 points
         import textwrap
-        print(f"failed, 0 of {points}: {c.what}\n" + textwrap.fill(message, 100, initial_indent="  ",
-                                                                     subsequent_indent="  "))
+
+        print(
+            f"failed, 0 of {points}: {c.what}\n"
+            + textwrap.fill(message, 100, initial_indent="  ", subsequent_indent="  ")
+        )
         raise Failed(message) from None
     print(f"passed, {points}: {c.what}")
 
@@ -180,10 +187,10 @@ class _Watch:
     long enough that a copy cannot be a coincidence). C functions (torch's fused kernels) are matched by name."""
 
     def __init__(self, references: list[str], namespace: dict):
-        self.codes: dict[tuple, str] = {}      # fingerprint -> dotted name
-        self.shapes: set[tuple] = set()        # _shape of those code objects: a cheap test before fingerprinting
-        self.objects: dict[int, str] = {}      # id(code object) -> dotted name
-        self.builtins: dict[str, str] = {}     # name of a C function -> dotted name
+        self.codes: dict[tuple, str] = {}  # fingerprint -> dotted name
+        self.shapes: set[tuple] = set()  # _shape of those code objects: a cheap test before fingerprinting
+        self.objects: dict[int, str] = {}  # id(code object) -> dotted name
+        self.builtins: dict[str, str] = {}  # name of a C function -> dotted name
         self._keep = []
         for path in references:
             self._add(path, namespace)
@@ -252,10 +259,14 @@ class _Watch:
                 if name:
                     hits.append(name)
 
-        timer = CALL_SECONDS > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        timer = (
+            CALL_SECONDS > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        )
         if timer:
+
             def alarm(signum, frame):
                 raise _Timeout()
+
             previous_handler = signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
         previous_profile = sys.getprofile()
@@ -270,16 +281,19 @@ class _Watch:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous_handler)
             if hits:
-                raise Failed(f"your code calls {hits[0]} (or a copy of it), which this exercise asks you to write "
-                             f"yourself") from None
+                raise Failed(
+                    f"your code calls {hits[0]} (or a copy of it), which this exercise asks you to write yourself"
+                ) from None
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Comparing numbers, with relative errors
 # ----------------------------------------------------------------------------------------------------------
 
+
 def _torch():
     import torch
+
     return torch
 
 
@@ -321,9 +335,11 @@ def _close(got, want, what: str, rtol: float = 1e-5, atol: float = 1e-7, hints=(
     i = int(err.flatten().argmax())
     where = tuple(int(j) for j in torch.unravel_index(torch.tensor(i), got.shape))
     scale = want.abs().max().item() or 1.0
-    raise Failed(f"{what}: off by up to {_percent(err.max().item() / scale)} of the largest expected entry "
-                 f"({scale:.3g}); at index {where} got {got.flatten()[i].item():.6g}, expected "
-                 f"{want.flatten()[i].item():.6g}")
+    raise Failed(
+        f"{what}: off by up to {_percent(err.max().item() / scale)} of the largest expected entry "
+        f"({scale:.3g}); at index {where} got {got.flatten()[i].item():.6g}, expected "
+        f"{want.flatten()[i].item():.6g}"
+    )
 
 
 def _equal(got, want, what: str) -> None:
@@ -335,10 +351,14 @@ def _equal(got, want, what: str) -> None:
 # §3.2.1 scaled dot-product attention, with its masks built from lengths and a causal flag
 # ----------------------------------------------------------------------------------------------------------
 
-ATTENTION_REFERENCES = ["aiayn.attention.attention", "aiayn.attention.attend",
-                        "torch.nn.functional.scaled_dot_product_attention",
-                        "aiayn.multi_head.MultiHeadAttention.forward", "torch.nn.MultiheadAttention.forward",
-                        "torch.nn.functional.multi_head_attention_forward"]
+ATTENTION_REFERENCES = [
+    "aiayn.attention.attention",
+    "aiayn.attention.attend",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "aiayn.multi_head.MultiHeadAttention.forward",
+    "torch.nn.MultiheadAttention.forward",
+    "torch.nn.functional.multi_head_attention_forward",
+]
 
 
 def _attention(q, k, v, key_lengths=None, causal=False):
@@ -354,17 +374,27 @@ def _attention(q, k, v, key_lengths=None, causal=False):
     return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
 
 
-@_assignment("attention", "Scaled dot-product attention with its masks (§3.2.1)", "attention", ["my_attention"],
-             "my_attention(query, key, value, key_lengths=None, causal=False) -> (batch, h, len_q, d_v): key j of "
-             "sentence b may be attended to when j < key_lengths[b], and, with causal=True, when j <= the query's "
-             "position", ATTENTION_REFERENCES, 30)
+@_assignment(
+    "attention",
+    "Scaled dot-product attention with its masks (§3.2.1)",
+    "attention",
+    ["my_attention"],
+    "my_attention(query, key, value, key_lengths=None, causal=False) -> (batch, h, len_q, d_v): key j of "
+    "sentence b may be attended to when j < key_lengths[b], and, with causal=True, when j <= the query's "
+    "position",
+    ATTENTION_REFERENCES,
+    30,
+)
 def _attention_checks():
     torch = _torch()
 
     def data(seed, len_q=5, len_k=7):
         g = torch.Generator().manual_seed(seed)
-        return (torch.randn(2, 3, len_q, 8, generator=g), torch.randn(2, 3, len_k, 8, generator=g),
-                torch.randn(2, 3, len_k, 4, generator=g))
+        return (
+            torch.randn(2, 3, len_q, 8, generator=g),
+            torch.randn(2, 3, len_k, 8, generator=g),
+            torch.randn(2, 3, len_k, 4, generator=g),
+        )
 
     def att(call, f, q, k, v, **kw):
         return _tensor(call(f, q.clone(), k.clone(), v.clone(), **kw))
@@ -374,13 +404,15 @@ def _attention_checks():
         _equal(tuple(att(call, f, q, k, v).shape), (2, 3, 5, 4), "output shape (batch, h, len_q, d_v)")
 
     def scale(f, call):
-        q = torch.ones(1, 1, 1, 4)                               # d_k = 4: q.k_1 = 4, q.k_2 = 0
+        q = torch.ones(1, 1, 1, 4)  # d_k = 4: q.k_1 = 4, q.k_2 = 0
         k = torch.tensor([[[[1.0, 1, 1, 1], [0, 0, 0, 0]]]])
         v = torch.tensor([[[[1.0], [0.0]]]])
         got = att(call, f, q, k, v).flatten()[0].item()
-        want = math.exp(2) / (math.exp(2) + 1)                   # softmax(4 / sqrt(4), 0)[0] = 0.8808
-        causes = {round(math.exp(4) / (math.exp(4) + 1), 4): "the scores are not divided by sqrt(d_k)",
-                  round(math.exp(1) / (math.exp(1) + 1), 4): "the scores are divided by d_k instead of sqrt(d_k)"}
+        want = math.exp(2) / (math.exp(2) + 1)  # softmax(4 / sqrt(4), 0)[0] = 0.8808
+        causes = {
+            round(math.exp(4) / (math.exp(4) + 1), 4): "the scores are not divided by sqrt(d_k)",
+            round(math.exp(1) / (math.exp(1) + 1), 4): "the scores are divided by d_k instead of sqrt(d_k)",
+        }
         if abs(got - want) > 1e-5:
             raise Failed(f"{_relative(got, want)}" + (f": {causes[round(got, 4)]}" if round(got, 4) in causes else ""))
 
@@ -392,14 +424,23 @@ def _attention_checks():
         q, k, v = data(2)
         n = torch.tensor([7, 4])
         out = att(call, f, q, k, v, key_lengths=n)
-        _close(out, _attention(q, k, v, n), "with key_lengths [7, 4]",
-               hints=[(_attention(q, k, v), "key_lengths is ignored"),
-                      (_attention(q, k, v, torch.tensor([6, 3])), "one key too few: keys j < key_lengths are real")])
+        _close(
+            out,
+            _attention(q, k, v, n),
+            "with key_lengths [7, 4]",
+            hints=[
+                (_attention(q, k, v), "key_lengths is ignored"),
+                (_attention(q, k, v, torch.tensor([6, 3])), "one key too few: keys j < key_lengths are real"),
+            ],
+        )
         k2, v2 = k.clone(), v.clone()
         k2[1, :, 4:] += 5.0
         v2[1, :, 4:] += 5.0
-        _close(att(call, f, q, k2, v2, key_lengths=n), out, "changing the keys and values after key_lengths changed "
-                                                             "the output")
+        _close(
+            att(call, f, q, k2, v2, key_lengths=n),
+            out,
+            "changing the keys and values after key_lengths changed the output",
+        )
 
     def one_key(f, call):
         q, k, v = data(3)
@@ -409,33 +450,51 @@ def _attention_checks():
     def causal(f, call):
         q, k, v = data(4, 5, 5)
         out = att(call, f, q, k, v, causal=True)
-        _close(out, _attention(q, k, v, causal=True), "causal=True",
-               hints=[(_attention(q, k, v), "causal is ignored")])
+        _close(out, _attention(q, k, v, causal=True), "causal=True", hints=[(_attention(q, k, v), "causal is ignored")])
         v2 = v.clone()
-        v2[..., 3:, :] += 10.0                                   # the future of positions 0, 1, 2
+        v2[..., 3:, :] += 10.0  # the future of positions 0, 1, 2
         _close(att(call, f, q, k, v2, causal=True)[..., :3, :], out[..., :3, :], "a position saw values after it")
 
     def both(f, call):
         q, k, v = data(5, 6, 6)
         n = torch.tensor([6, 3])
-        _close(att(call, f, q, k, v, key_lengths=n, causal=True), _attention(q, k, v, n, causal=True),
-               "key_lengths [6, 3] and causal=True together",
-               hints=[(_attention(q, k, v, n), "causal is ignored when key_lengths is given"),
-                      (_attention(q, k, v, causal=True), "key_lengths is ignored when causal is set")])
+        _close(
+            att(call, f, q, k, v, key_lengths=n, causal=True),
+            _attention(q, k, v, n, causal=True),
+            "key_lengths [6, 3] and causal=True together",
+            hints=[
+                (_attention(q, k, v, n), "causal is ignored when key_lengths is given"),
+                (_attention(q, k, v, causal=True), "key_lengths is ignored when causal is set"),
+            ],
+        )
 
-    return [("shape", "output shape (batch, h, len_q, d_v)", 1, shape),
-            ("scale", "scores divided by sqrt(d_k) (known value 0.8808)", 3, scale),
-            ("no_mask", "equals attention without masks", 2, no_mask),
-            ("lengths", "key_lengths: keys after a sentence's length have no influence", 2, lengths),
-            ("one_key", "key_lengths 1: every query returns the first value", 1, one_key),
-            ("causal", "causal=True: no position sees the future", 2, causal),
-            ("both", "key_lengths and causal together", 2, both)]
+    return [
+        ("shape", "output shape (batch, h, len_q, d_v)", 1, shape),
+        ("scale", "scores divided by sqrt(d_k) (known value 0.8808)", 3, scale),
+        ("no_mask", "equals attention without masks", 2, no_mask),
+        ("lengths", "key_lengths: keys after a sentence's length have no influence", 2, lengths),
+        ("one_key", "key_lengths 1: every query returns the first value", 1, one_key),
+        ("causal", "causal=True: no position sees the future", 2, causal),
+        ("both", "key_lengths and causal together", 2, both),
+    ]
 
 
-@_assignment("subsequent_mask", "A causal mask without tril (§3.2.3)", "attention", ["my_subsequent_mask"],
-             "my_subsequent_mask(size) -> bool (size, size), True where position i may attend to j (j <= i)",
-             ["aiayn.attention.subsequent_mask", "torch.tril", "torch.Tensor.tril", "torch.Tensor.tril_",
-              "torch.triu", "torch.Tensor.triu", "torch.Tensor.triu_"])
+@_assignment(
+    "subsequent_mask",
+    "A causal mask without tril (§3.2.3)",
+    "attention",
+    ["my_subsequent_mask"],
+    "my_subsequent_mask(size) -> bool (size, size), True where position i may attend to j (j <= i)",
+    [
+        "aiayn.attention.subsequent_mask",
+        "torch.tril",
+        "torch.Tensor.tril",
+        "torch.Tensor.tril_",
+        "torch.triu",
+        "torch.Tensor.triu",
+        "torch.Tensor.triu_",
+    ],
+)
 def _subsequent_mask_checks():
     torch = _torch()
 
@@ -444,8 +503,10 @@ def _subsequent_mask_checks():
             got = call(f, n)
             want = torch.arange(n)[None, :] <= torch.arange(n)[:, None]
             if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
-                raise Failed(f"size {n}: expected a bool tensor of shape {tuple(want.shape)}, got "
-                             f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}")
+                raise Failed(
+                    f"size {n}: expected a bool tensor of shape {tuple(want.shape)}, got "
+                    f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}"
+                )
             if not torch.equal(got, want):
                 cause = " (that is the transposed mask: row i is the query)" if torch.equal(got, want.T) else ""
                 raise Failed(f"size {n}: {int((got != want).sum())} entries differ from the causal mask{cause}")
@@ -456,6 +517,7 @@ def _subsequent_mask_checks():
 # ----------------------------------------------------------------------------------------------------------
 # §3.2.2 multi-head attention, one head at a time
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _multi_head(layer, x, mask=None):
     """Reference from the layer's weights: project, split into heads, attend, concatenate, W^O."""
@@ -469,15 +531,25 @@ def _multi_head(layer, x, mask=None):
     return (heads @ layer.W_O.weight.T + layer.W_O.bias).detach()
 
 
-@_assignment("multi_head", "Multi-head attention, one head at a time (§3.2.2)", "multi_head", ["heads_in_a_loop"],
-             "heads_in_a_loop(layer: MultiHeadAttention, x, mask=None) -> (batch, len, d_model), self-attention of x",
-             ["aiayn.multi_head.MultiHeadAttention.forward", "torch.nn.MultiheadAttention.forward",
-              "torch.nn.functional.multi_head_attention_forward"], 45)
+@_assignment(
+    "multi_head",
+    "Multi-head attention, one head at a time (§3.2.2)",
+    "multi_head",
+    ["heads_in_a_loop"],
+    "heads_in_a_loop(layer: MultiHeadAttention, x, mask=None) -> (batch, len, d_model), self-attention of x",
+    [
+        "aiayn.multi_head.MultiHeadAttention.forward",
+        "torch.nn.MultiheadAttention.forward",
+        "torch.nn.functional.multi_head_attention_forward",
+    ],
+    45,
+)
 def _multi_head_checks():
     torch = _torch()
 
     def layer_and_x(d_model=24, h=3, d_k=None, seed=0, length=6):
         from aiayn.multi_head import MultiHeadAttention
+
         torch.manual_seed(seed)
         return MultiHeadAttention(d_model, h, d_k).eval(), torch.randn(2, length, d_model)
 
@@ -496,9 +568,12 @@ def _multi_head_checks():
                 W.weight.copy_(torch.eye(4))
                 W.bias.zero_()
         x = torch.tensor([[[1.0, 0, 0, 0], [0, 1.0, 0, 0]]])
-        a = math.exp(0.5) / (math.exp(0.5) + 1)                  # softmax(x x^T / sqrt(4)) = softmax(0.5, 0)
-        _close(run(call, f, layer, x), torch.tensor([[[a, 1 - a, 0, 0], [1 - a, a, 0, 0]]]),
-               "one head with identity projections is plain attention")
+        a = math.exp(0.5) / (math.exp(0.5) + 1)  # softmax(x x^T / sqrt(4)) = softmax(0.5, 0)
+        _close(
+            run(call, f, layer, x),
+            torch.tensor([[[a, 1 - a, 0, 0], [1 - a, a, 0, 0]]]),
+            "one head with identity projections is plain attention",
+        )
 
     def plain(f, call):
         layer, x = layer_and_x(seed=1)
@@ -507,8 +582,12 @@ def _multi_head_checks():
     def causal(f, call):
         layer, x = layer_and_x(seed=2)
         m = torch.ones(6, 6, dtype=torch.bool).tril()
-        _close(run(call, f, layer, x, m), _multi_head(layer, x, m), "with a causal mask",
-               hints=[(_multi_head(layer, x), "the mask is ignored")])
+        _close(
+            run(call, f, layer, x, m),
+            _multi_head(layer, x, m),
+            "with a causal mask",
+            hints=[(_multi_head(layer, x), "the mask is ignored")],
+        )
 
     def any_mask(f, call):
         layer, x = layer_and_x(seed=3)
@@ -521,35 +600,51 @@ def _multi_head_checks():
         layer, x = layer_and_x(12, 6, seed=5, length=3)
         _close(run(call, f, layer, x), _multi_head(layer, x), "d_model=12, h=6")
 
-    return [("shape", "output shape (batch, len, d_model)", 1, shape),
-            ("known", "one head, identity projections: known values", 2, known),
-            ("plain", "equals the layer without a mask", 3, plain),
-            ("causal", "equals the layer with a causal mask", 2, causal),
-            ("any_mask", "equals the layer with any (len, len) mask", 2, any_mask),
-            ("other_shapes", "any h and d_k (h * d_k != d_model too)", 2, other_shapes)]
+    return [
+        ("shape", "output shape (batch, len, d_model)", 1, shape),
+        ("known", "one head, identity projections: known values", 2, known),
+        ("plain", "equals the layer without a mask", 3, plain),
+        ("causal", "equals the layer with a causal mask", 2, causal),
+        ("any_mask", "equals the layer with any (len, len) mask", 2, any_mask),
+        ("other_shapes", "any h and d_k (h * d_k != d_model too)", 2, other_shapes),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §3.3 the FFN from its weights
 # ----------------------------------------------------------------------------------------------------------
 
-@_assignment("ffn_einsum", "The FFN with einsum (§3.3)", "feed_forward", ["ffn_einsum"],
-             "ffn_einsum(ffn: PositionwiseFeedForward, x) -> (batch, len, d_model), without calling ffn or its layers",
-             ["aiayn.feed_forward.PositionwiseFeedForward.forward", "torch.nn.Linear.forward",
-              "torch.nn.functional.linear"])
+
+@_assignment(
+    "ffn_einsum",
+    "The FFN with einsum (§3.3)",
+    "feed_forward",
+    ["ffn_einsum"],
+    "ffn_einsum(ffn: PositionwiseFeedForward, x) -> (batch, len, d_model), without calling ffn or its layers",
+    ["aiayn.feed_forward.PositionwiseFeedForward.forward", "torch.nn.Linear.forward", "torch.nn.functional.linear"],
+)
 def _ffn_checks():
     torch = _torch()
 
     def agrees(f, call):
         from aiayn.feed_forward import PositionwiseFeedForward
+
         torch.manual_seed(0)
         ffn = PositionwiseFeedForward(8, 32).eval()
         x = torch.randn(3, 5, 8)
         with torch.no_grad():
             want = (x @ ffn.W_1.weight.T + ffn.W_1.bias).relu() @ ffn.W_2.weight.T + ffn.W_2.bias
-            _close(call(f, ffn, x.clone()), want, "FFN(x) for d_model 8, d_ff 32",
-                   hints=[(x @ ffn.W_1.weight.T @ ffn.W_2.weight.T + ffn.W_1.bias @ ffn.W_2.weight.T + ffn.W_2.bias,
-                           "the ReLU is missing")])
+            _close(
+                call(f, ffn, x.clone()),
+                want,
+                "FFN(x) for d_model 8, d_ff 32",
+                hints=[
+                    (
+                        x @ ffn.W_1.weight.T @ ffn.W_2.weight.T + ffn.W_1.bias @ ffn.W_2.weight.T + ffn.W_2.bias,
+                        "the ReLU is missing",
+                    )
+                ],
+            )
 
     return [("agrees", "equals Equation (2) computed from the weights", 1, agrees)]
 
@@ -557,6 +652,7 @@ def _ffn_checks():
 # ----------------------------------------------------------------------------------------------------------
 # §3.5 positional encoding, in tensor2tensor's layout
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _timing_signal(max_len, d_model):
     """Reference: sines in the first half, cosines in the second, timescales 1 ... 10^4 spaced geometrically."""
@@ -570,16 +666,25 @@ def _timing_signal(max_len, d_model):
 def _paper_encoding(max_len, d_model):
     torch = _torch()
     angle = torch.arange(max_len, dtype=torch.float64)[:, None] / 10000 ** (
-        torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )
     return angle, torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
 
-@_assignment("positional", "Sinusoidal positions, tensor2tensor's layout (§3.5)", "positional_encoding",
-             ["timing_signal"],
-             "timing_signal(max_len, d_model) -> (max_len, d_model): sin(pos / T_i) in dimension i and cos(pos / T_i) "
-             "in dimension d_model/2 + i, timescales T_i = 10000^(i / (d_model/2 - 1))",
-             ["aiayn.positional.sinusoidal_encoding", "aiayn.positional.PositionalEncoding.__init__",
-              "aiayn.positional.shift_matrix"], 30)
+@_assignment(
+    "positional",
+    "Sinusoidal positions, tensor2tensor's layout (§3.5)",
+    "positional_encoding",
+    ["timing_signal"],
+    "timing_signal(max_len, d_model) -> (max_len, d_model): sin(pos / T_i) in dimension i and cos(pos / T_i) "
+    "in dimension d_model/2 + i, timescales T_i = 10000^(i / (d_model/2 - 1))",
+    [
+        "aiayn.positional.sinusoidal_encoding",
+        "aiayn.positional.PositionalEncoding.__init__",
+        "aiayn.positional.shift_matrix",
+    ],
+    30,
+)
 def _positional_checks():
     torch = _torch()
 
@@ -588,49 +693,88 @@ def _positional_checks():
 
     def wrong_layouts(n, d):
         angle, paper = _paper_encoding(n, d)
-        return [(paper, "that is the paper's interleaved layout (sine, cosine, sine, ...); here the sines fill the "
-                        "first half of the dimensions and the cosines the second"),
-                (torch.cat([angle.sin(), angle.cos()], 1), "the timescales are 10000^(2i / d_model), as in the paper; "
-                                                           "here they are 10000^(i / (d_model/2 - 1)), so the last "
-                                                           "one is exactly 10000")]
+        return [
+            (
+                paper,
+                "that is the paper's interleaved layout (sine, cosine, sine, ...); here the sines fill the "
+                "first half of the dimensions and the cosines the second",
+            ),
+            (
+                torch.cat([angle.sin(), angle.cos()], 1),
+                "the timescales are 10000^(2i / d_model), as in the paper; "
+                "here they are 10000^(i / (d_model/2 - 1)), so the last "
+                "one is exactly 10000",
+            ),
+        ]
 
     def shape(f, call):
         _equal(tuple(pe(call, f, 7, 10).shape), (7, 10), "shape (max_len, d_model) for max_len 7, d_model 10")
 
     def zero(f, call):
-        _close(pe(call, f, 3, 8)[0], torch.tensor([0.0] * 4 + [1.0] * 4), "position 0 is (0, 0, 0, 0, 1, 1, 1, 1)",
-               hints=[(torch.tensor([0.0, 1] * 4), "that is the paper's interleaved layout; here the sines fill the "
-                                                   "first half")])
+        _close(
+            pe(call, f, 3, 8)[0],
+            torch.tensor([0.0] * 4 + [1.0] * 4),
+            "position 0 is (0, 0, 0, 0, 1, 1, 1, 1)",
+            hints=[
+                (
+                    torch.tensor([0.0, 1] * 4),
+                    "that is the paper's interleaved layout; here the sines fill the first half",
+                )
+            ],
+        )
 
     def halves(f, call):
         out = pe(call, f, 3, 8)
-        _close(out[1, [0, 4]], torch.tensor([math.sin(1), math.cos(1)]),
-               "PE(1, 0) = sin(1) and PE(1, d_model/2) = cos(1): sines first, then cosines")
+        _close(
+            out[1, [0, 4]],
+            torch.tensor([math.sin(1), math.cos(1)]),
+            "PE(1, 0) = sin(1) and PE(1, d_model/2) = cos(1): sines first, then cosines",
+        )
 
     def timescales(f, call):
-        out = pe(call, f, 3000, 8)                               # T_i = 1, 21.5, 464, 10000
+        out = pe(call, f, 3000, 8)  # T_i = 1, 21.5, 464, 10000
         want = torch.tensor([math.sin(2999 / 1e4 ** (i / 3)) for i in range(4)])
-        _close(out[2999, :4], want, "PE(2999, i) = sin(2999 / 10000^(i/3)) for d_model 8", rtol=1e-4, atol=1e-4,
-               hints=[(w[2999, :4], c) for w, c in wrong_layouts(3000, 8)])
+        _close(
+            out[2999, :4],
+            want,
+            "PE(2999, i) = sin(2999 / 10000^(i/3)) for d_model 8",
+            rtol=1e-4,
+            atol=1e-4,
+            hints=[(w[2999, :4], c) for w, c in wrong_layouts(3000, 8)],
+        )
 
     def reference(f, call):
-        _close(pe(call, f, 50, 64), _timing_signal(50, 64), "max_len 50, d_model 64", rtol=1e-4, atol=1e-5,
-               hints=wrong_layouts(50, 64))
+        _close(
+            pe(call, f, 50, 64),
+            _timing_signal(50, 64),
+            "max_len 50, d_model 64",
+            rtol=1e-4,
+            atol=1e-5,
+            hints=wrong_layouts(50, 64),
+        )
 
     def norm(f, call):
-        _close(pe(call, f, 20, 16).norm(dim=-1), torch.full((20,), math.sqrt(8.0)),
-               "every position has norm sqrt(d_model / 2)", rtol=1e-4)
+        _close(
+            pe(call, f, 20, 16).norm(dim=-1),
+            torch.full((20,), math.sqrt(8.0)),
+            "every position has norm sqrt(d_model / 2)",
+            rtol=1e-4,
+        )
 
-    return [("shape", "shape (max_len, d_model)", 1, shape), ("zero", "position 0 is (0, ..., 0, 1, ..., 1)", 1, zero),
-            ("halves", "sines in the first half, cosines in the second", 2, halves),
-            ("timescales", "timescales 10000^(i / (d_model/2 - 1))", 2, timescales),
-            ("reference", "equals the layout for max_len 50, d_model 64", 2, reference),
-            ("norm", "norm sqrt(d_model / 2) at every position", 1, norm)]
+    return [
+        ("shape", "shape (max_len, d_model)", 1, shape),
+        ("zero", "position 0 is (0, ..., 0, 1, ..., 1)", 1, zero),
+        ("halves", "sines in the first half, cosines in the second", 2, halves),
+        ("timescales", "timescales 10000^(i / (d_model/2 - 1))", 2, timescales),
+        ("reference", "equals the layout for max_len 50, d_model 64", 2, reference),
+        ("norm", "norm sqrt(d_model / 2) at every position", 1, norm),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §5.3 a learning-rate schedule of another shape, and stepping it per optimizer update
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _warmup_cosine(step, peak, warmup, total):
     if step <= warmup:
@@ -640,10 +784,17 @@ def _warmup_cosine(step, peak, warmup, total):
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
 
 
-@_assignment("schedule", "Warmup, then cosine decay (§5.3)", "schedule", ["warmup_cosine"],
-             "warmup_cosine(step, peak, warmup, total) -> float: linear warmup to peak at step = warmup, then "
-             "peak * (1 + cos(pi (step - warmup) / (total - warmup))) / 2, and 0 from step = total on; steps count "
-             "optimizer updates from 1", ["aiayn.training.rate", "aiayn.training.make_optimizer"], 20)
+@_assignment(
+    "schedule",
+    "Warmup, then cosine decay (§5.3)",
+    "schedule",
+    ["warmup_cosine"],
+    "warmup_cosine(step, peak, warmup, total) -> float: linear warmup to peak at step = warmup, then "
+    "peak * (1 + cos(pi (step - warmup) / (total - warmup))) / 2, and 0 from step = total on; steps count "
+    "optimizer updates from 1",
+    ["aiayn.training.rate", "aiayn.training.make_optimizer"],
+    20,
+)
 def _schedule_checks():
     def r(call, f, step, peak=1e-3, warmup=100, total=1000):
         return float(call(f, step, peak, warmup, total))
@@ -655,8 +806,11 @@ def _schedule_checks():
             cause = ""
             for shift in (-1, 1):
                 if step + shift >= 1 and math.isclose(
-                        got, _warmup_cosine(step + shift, kw.get("peak", 1e-3), kw.get("warmup", 100),
-                                            kw.get("total", 1000)), rel_tol=1e-6, abs_tol=1e-12):
+                    got,
+                    _warmup_cosine(step + shift, kw.get("peak", 1e-3), kw.get("warmup", 100), kw.get("total", 1000)),
+                    rel_tol=1e-6,
+                    abs_tol=1e-12,
+                ):
                     cause = f": that is the value of step {step + shift}, one step off (steps count updates from 1)"
             raise Failed(f"{what}, step {step}: {_relative(got, want)}{cause}")
 
@@ -679,22 +833,39 @@ def _schedule_checks():
     def grid(f, call):
         for peak_, warmup_, total in [(1e-3, 100, 1000), (7e-4, 4000, 100000), (2.0, 1, 10)]:
             for step in (1, 2, warmup_ // 2 + 1, warmup_, warmup_ + 1, (warmup_ + total) // 3, total - 1, total):
-                value(call, f, step, f"peak {peak_}, warmup {warmup_}, total {total}", peak=peak_, warmup=warmup_,
-                      total=total)
+                value(
+                    call,
+                    f,
+                    step,
+                    f"peak {peak_}, warmup {warmup_}, total {total}",
+                    peak=peak_,
+                    warmup=warmup_,
+                    total=total,
+                )
 
-    return [("warmup", "linear warmup from peak / warmup", 2, warmup), ("peak", "the peak at step = warmup", 1, peak),
-            ("decay", "cosine decay after the peak", 2, decay), ("end", "0 from step = total on", 1, end),
-            ("grid", "equals the schedule on a grid of steps and settings", 2, grid)]
+    return [
+        ("warmup", "linear warmup from peak / warmup", 2, warmup),
+        ("peak", "the peak at step = warmup", 1, peak),
+        ("decay", "cosine decay after the peak", 2, decay),
+        ("end", "0 from step = total on", 1, end),
+        ("grid", "equals the schedule on a grid of steps and settings", 2, grid),
+    ]
 
 
 def _noam(s):  # the lr of the s-th update (counted from 1) in the accumulation checks: Equation (3), factor 100
     return 100.0 * 16**-0.5 * min(s**-0.5, s * 10**-1.5)
 
 
-@_assignment("accumulation", "Gradient accumulation, the schedule stepped per update (§5.3)", "schedule",
-             ["my_train_epoch"],
-             "my_train_epoch(model, batches, optimizer, scheduler, accum) -> None; model(batch) returns the mean "
-             "loss of a micro-batch; one optimizer update per `accum` micro-batches", ["aiayn.training.train"], 30)
+@_assignment(
+    "accumulation",
+    "Gradient accumulation, the schedule stepped per update (§5.3)",
+    "schedule",
+    ["my_train_epoch"],
+    "my_train_epoch(model, batches, optimizer, scheduler, accum) -> None; model(batch) returns the mean "
+    "loss of a micro-batch; one optimizer update per `accum` micro-batches",
+    ["aiayn.training.train"],
+    30,
+)
 def _accumulation_checks():
     torch = _torch()
 
@@ -723,10 +894,15 @@ def _accumulation_checks():
         call(f, model, batches, opt, sched, 4)
         lrs = [lr for lr, _ in opt.seen]
         if len(lrs) != 2 or any(abs(a - b) > 1e-12 * b for a, b in zip(lrs, (_noam(1), _noam(2)))):
-            raise Failed(f"updates 1 and 2 must use the learning rates of steps 1 and 2, {_noam(1):.4g} and "
-                         f"{_noam(2):.4g}; they used {', '.join(f'{x:.4g}' for x in lrs) or 'none'}"
-                         + (f" (the scheduler was stepped {sched.last_epoch} times, once per micro-batch)"
-                            if sched.last_epoch == 8 else ""))
+            raise Failed(
+                f"updates 1 and 2 must use the learning rates of steps 1 and 2, {_noam(1):.4g} and "
+                f"{_noam(2):.4g}; they used {', '.join(f'{x:.4g}' for x in lrs) or 'none'}"
+                + (
+                    f" (the scheduler was stepped {sched.last_epoch} times, once per micro-batch)"
+                    if sched.last_epoch == 8
+                    else ""
+                )
+            )
         _equal(sched.last_epoch, 2, "scheduler steps for 2 updates")
 
     def averaged(f, call):
@@ -737,24 +913,31 @@ def _accumulation_checks():
         for n, (lr, grads) in enumerate(opt.seen):
             for p in w:
                 p.requires_grad_(True)
-            group = batches[4 * n: 4 * n + 4]
+            group = batches[4 * n : 4 * n + 4]
             loss = sum(((b[0] @ w[0].T + w[1]) - b[1]).pow(2).mean() for b in group) / 4
             want = torch.autograd.grad(loss, w)
             for g, gw in zip(grads, want):
-                _close(g, gw, f"update {n + 1}: the gradient must be the mean over its 4 micro-batches",
-                       hints=[(4 * gw, "the gradient is the sum, not the mean, of the micro-batch gradients")])
+                _close(
+                    g,
+                    gw,
+                    f"update {n + 1}: the gradient must be the mean over its 4 micro-batches",
+                    hints=[(4 * gw, "the gradient is the sum, not the mean, of the micro-batch gradients")],
+                )
             w = [(p - lr * g).detach() for p, g in zip(w, want)]
         for p, q in zip(net.parameters(), w):
             _close(p.detach(), q, "final weights")
 
-    return [("updates", "one optimizer update per accum micro-batches", 2, updates),
-            ("per_update", "schedule stepped once per optimizer update, not per micro-batch", 3, per_update),
-            ("averaged", "gradients averaged over an update's micro-batches, then zeroed", 2, averaged)]
+    return [
+        ("updates", "one optimizer update per accum micro-batches", 2, updates),
+        ("per_update", "schedule stepped once per optimizer update, not per micro-batch", 3, per_update),
+        ("averaged", "gradients averaged over an update's micro-batches, then zeroed", 2, averaged),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §5.4 label smoothing, with the uniform part over every token but padding
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _smoothed_target(target, V, eps, pad):
     """Reference target distribution: (1 - eps) one-hot + eps uniform over the V - 1 tokens that are not padding."""
@@ -771,12 +954,17 @@ def _smoothed_loss(logits, target, eps, pad):
     return loss.masked_fill(target == pad, 0.0).sum()
 
 
-@_assignment("label_smoothing", "Label smoothing as Szegedy et al. wrote it (§5.4)", "label_smoothing",
-             ["my_label_smoothing", "MyLabelSmoothingLoss"],
-             "my_label_smoothing(logits, target, eps_ls, pad_id) (or MyLabelSmoothingLoss(eps_ls, pad_id)(logits, "
-             "target)) -> the summed loss over non-pad positions against (1 - eps_ls) one-hot + eps_ls uniform over "
-             "the V - 1 tokens other than padding", ["aiayn.training.LabelSmoothingLoss.forward",
-                                                     "aiayn.training.LabelSmoothingLoss.target_distribution"], 30)
+@_assignment(
+    "label_smoothing",
+    "Label smoothing as Szegedy et al. wrote it (§5.4)",
+    "label_smoothing",
+    ["my_label_smoothing", "MyLabelSmoothingLoss"],
+    "my_label_smoothing(logits, target, eps_ls, pad_id) (or MyLabelSmoothingLoss(eps_ls, pad_id)(logits, "
+    "target)) -> the summed loss over non-pad positions against (1 - eps_ls) one-hot + eps_ls uniform over "
+    "the V - 1 tokens other than padding",
+    ["aiayn.training.LabelSmoothingLoss.forward", "aiayn.training.LabelSmoothingLoss.target_distribution"],
+    30,
+)
 def _label_smoothing_checks():
     torch = _torch()
 
@@ -801,19 +989,33 @@ def _label_smoothing_checks():
         return (logits.softmax(-1) - grad).detach().double(), target
 
     def uniform(f, call):
-        _close(loss(call, f, torch.zeros(1, 3, 5), torch.tensor([[3, 4, 0]])), 2 * math.log(5),
-               "uniform logits cost log V per non-pad token, summed (2 tokens, V = 5)")
+        _close(
+            loss(call, f, torch.zeros(1, 3, 5), torch.tensor([[3, 4, 0]])),
+            2 * math.log(5),
+            "uniform logits cost log V per non-pad token, summed (2 tokens, V = 5)",
+        )
 
     def true_token(f, call):
         q, target = q_from_grad(call, f)
         keep = target != 0
         got = q.gather(-1, target[..., None])[..., 0][keep]
         want = torch.full_like(got, 0.9 + 0.1 / 10)
-        _close(got, want, "the true token's target probability is 1 - eps_ls + eps_ls / (V - 1) = 0.91",
-               hints=[(torch.full_like(got, 0.9), "it gets 1 - eps_ls, as in the book's LabelSmoothingLoss; here the "
-                                                  "uniform part covers the true token too"),
-                      (torch.full_like(got, 0.9 + 0.1 / 11), "eps_ls is spread over all V tokens, padding included "
-                                                             "(PyTorch's label_smoothing)")])
+        _close(
+            got,
+            want,
+            "the true token's target probability is 1 - eps_ls + eps_ls / (V - 1) = 0.91",
+            hints=[
+                (
+                    torch.full_like(got, 0.9),
+                    "it gets 1 - eps_ls, as in the book's LabelSmoothingLoss; here the "
+                    "uniform part covers the true token too",
+                ),
+                (
+                    torch.full_like(got, 0.9 + 0.1 / 11),
+                    "eps_ls is spread over all V tokens, padding included (PyTorch's label_smoothing)",
+                ),
+            ],
+        )
 
     def no_pad(f, call):
         q, target = q_from_grad(call, f)
@@ -828,16 +1030,28 @@ def _label_smoothing_checks():
         other[..., 0] = False
         other.scatter_(-1, target[..., None], False)
         got = q[other & keep[..., None]]
-        _close(got, torch.full_like(got, 0.1 / 10), "every other token gets eps_ls / (V - 1) = 0.01",
-               hints=[(torch.full_like(got, 0.1 / 9), "eps_ls is spread over V - 2 tokens (the book's formula); here "
-                                                      "over the V - 1 tokens that are not padding")])
+        _close(
+            got,
+            torch.full_like(got, 0.1 / 10),
+            "every other token gets eps_ls / (V - 1) = 0.01",
+            hints=[
+                (
+                    torch.full_like(got, 0.1 / 9),
+                    "eps_ls is spread over V - 2 tokens (the book's formula); here "
+                    "over the V - 1 tokens that are not padding",
+                )
+            ],
+        )
 
     def padding_rows(f, call):
         logits, target = data(2)
         logits.requires_grad_(True)
         (grad,) = torch.autograd.grad(loss(call, f, logits, target), logits)
-        _close(grad[target == 0], torch.zeros_like(grad[target == 0]),
-               "positions whose target is padding must not contribute")
+        _close(
+            grad[target == 0],
+            torch.zeros_like(grad[target == 0]),
+            "positions whose target is padding must not contribute",
+        )
 
     def finite(f, call):
         logits = torch.full((1, 3, 7), -1e4)
@@ -849,33 +1063,51 @@ def _label_smoothing_checks():
     def reference(f, call):
         for eps, V in [(0.1, 11), (0.3, 6)]:
             logits, target = data(3, V)
-            _close(loss(call, f, logits, target, eps), _smoothed_loss(logits, target, eps, 0), f"eps_ls {eps}, V {V}",
-                   rtol=1e-5)
+            _close(
+                loss(call, f, logits, target, eps),
+                _smoothed_loss(logits, target, eps, 0),
+                f"eps_ls {eps}, V {V}",
+                rtol=1e-5,
+            )
 
     def plain(f, call):
         logits, target = data(4)
-        want = torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), target.flatten(), ignore_index=0,
-                                                 reduction="sum")
-        _close(loss(call, f, logits, target, 0.0), want, "eps_ls = 0 is the cross-entropy", rtol=1e-5,
-               hints=[(want / int((target != 0).sum()), "the loss is averaged; it must be summed over the tokens")])
+        want = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).double(), target.flatten(), ignore_index=0, reduction="sum"
+        )
+        _close(
+            loss(call, f, logits, target, 0.0),
+            want,
+            "eps_ls = 0 is the cross-entropy",
+            rtol=1e-5,
+            hints=[(want / int((target != 0).sum()), "the loss is averaged; it must be summed over the tokens")],
+        )
 
-    return [("uniform", "uniform logits: log V per token (known value)", 1, uniform),
-            ("true_token", "the true token gets 1 - eps_ls + eps_ls / (V - 1)", 2, true_token),
-            ("no_pad", "no probability on the padding token", 2, no_pad),
-            ("spread", "every other token gets eps_ls / (V - 1)", 1, spread),
-            ("padding_rows", "padding positions contribute nothing", 2, padding_rows),
-            ("finite", "finite for confident logits (no log 0)", 1, finite),
-            ("reference", "equals the smoothed loss for two settings", 2, reference),
-            ("plain", "eps_ls = 0 is the summed cross-entropy", 1, plain)]
+    return [
+        ("uniform", "uniform logits: log V per token (known value)", 1, uniform),
+        ("true_token", "the true token gets 1 - eps_ls + eps_ls / (V - 1)", 2, true_token),
+        ("no_pad", "no probability on the padding token", 2, no_pad),
+        ("spread", "every other token gets eps_ls / (V - 1)", 1, spread),
+        ("padding_rows", "padding positions contribute nothing", 2, padding_rows),
+        ("finite", "finite for confident logits (no log 0)", 1, finite),
+        ("reference", "equals the smoothed loss for two settings", 2, reference),
+        ("plain", "eps_ls = 0 is the summed cross-entropy", 1, plain),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §5.1 batches: padding and teacher forcing
 # ----------------------------------------------------------------------------------------------------------
 
-@_assignment("padding_fraction", "The padding fraction (§5.1)", "data", ["my_padding_fraction"],
-             "my_padding_fraction(batches, lengths) -> float, the share of padded source and target positions "
-             "that are padding", ["aiayn.batching.padding_fraction", "aiayn.batching.padded_tokens"])
+
+@_assignment(
+    "padding_fraction",
+    "The padding fraction (§5.1)",
+    "data",
+    ["my_padding_fraction"],
+    "my_padding_fraction(batches, lengths) -> float, the share of padded source and target positions that are padding",
+    ["aiayn.batching.padding_fraction", "aiayn.batching.padded_tokens"],
+)
 def _padding_fraction_checks():
     def fraction(batches, lengths):
         padded = sum(len(b) * (max(lengths[i][0] for i in b) + max(lengths[i][1] for i in b)) for b in batches)
@@ -892,8 +1124,14 @@ def _padding_fraction_checks():
     return [("agrees", "the padding fraction of three batchings", 1, agrees)]
 
 
-@_assignment("shift", "Teacher forcing for one sentence (§5.1)", "data", ["shift"],
-             "shift(y, bos_id, eos_id) -> ([bos_id] + y, y + [eos_id])", ["aiayn.batching.collate"])
+@_assignment(
+    "shift",
+    "Teacher forcing for one sentence (§5.1)",
+    "data",
+    ["shift"],
+    "shift(y, bos_id, eos_id) -> ([bos_id] + y, y + [eos_id])",
+    ["aiayn.batching.collate"],
+)
 def _shift_checks():
     def agrees(f, call):
         for y in ([5, 6, 7], [9], []):
@@ -907,9 +1145,15 @@ def _shift_checks():
 # §6.1 decoding: the length penalty, greedy search with a minimum length
 # ----------------------------------------------------------------------------------------------------------
 
-@_assignment("length_penalty", "The length penalty (§6.1)", "decoding", ["my_length_penalty"],
-             "my_length_penalty(length, alpha) -> ((5 + length) / 6) ** alpha, for a tensor of lengths",
-             ["aiayn.decoding.length_penalty"])
+
+@_assignment(
+    "length_penalty",
+    "The length penalty (§6.1)",
+    "decoding",
+    ["my_length_penalty"],
+    "my_length_penalty(length, alpha) -> ((5 + length) / 6) ** alpha, for a tensor of lengths",
+    ["aiayn.decoding.length_penalty"],
+)
 def _length_penalty_checks():
     torch = _torch()
 
@@ -944,7 +1188,7 @@ def _table_model(table: dict, V: int = 10):
             return torch.zeros(src.size(0), src.size(1), V), (src != PAD)[:, None, None, :]
 
         def decode(self, tgt, memory, src_mask, cache=None, start=0):
-            return self.logits[tgt]                              # (batch, T, V): the "hidden state" is the logits
+            return self.logits[tgt]  # (batch, T, V): the "hidden state" is the logits
 
         def new_cache(self):
             return [{}]
@@ -988,10 +1232,17 @@ def _greedy(model, src, max_len, min_len=0):
     return _as_sequences(ys)
 
 
-@_assignment("greedy", "Greedy decoding with a minimum length (§6.1)", "greedy_and_bleu", ["my_greedy_decode"],
-             "my_greedy_decode(model, src, max_len, min_len=0) -> token ids, one row or list per sentence: from <s> "
-             "(id 1), the most probable token other than <pad> (0) and <s>, never </s> (id 2) before min_len tokens, "
-             "until </s> or max_len tokens", ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search"], 40)
+@_assignment(
+    "greedy",
+    "Greedy decoding with a minimum length (§6.1)",
+    "greedy_and_bleu",
+    ["my_greedy_decode"],
+    "my_greedy_decode(model, src, max_len, min_len=0) -> token ids, one row or list per sentence: from <s> "
+    "(id 1), the most probable token other than <pad> (0) and <s>, never </s> (id 2) before min_len tokens, "
+    "until </s> or max_len tokens",
+    ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search"],
+    40,
+)
 def _greedy_checks():
     torch = _torch()
 
@@ -1001,13 +1252,19 @@ def _greedy_checks():
 
     def chain(f, call):
         model = _table_model({BOS: {5: 5.0}, 5: {7: 5.0}, 7: {4: 5.0}, 4: {EOS: 5.0}})
-        _equal(decode(call, f, model, torch.tensor([[3, 4, 5]]), 20), [[5, 7, 4]],
-               "the most likely tokens are 5, 7, 4, then </s>")
+        _equal(
+            decode(call, f, model, torch.tensor([[3, 4, 5]]), 20),
+            [[5, 7, 4]],
+            "the most likely tokens are 5, 7, 4, then </s>",
+        )
 
     def batch(f, call):
         model = _table_model({BOS: {6: 5.0}, 6: {EOS: 5.0}})
-        _equal(decode(call, f, model, torch.tensor([[3, 4, 5], [6, 7, 0]]), 20), [[6], [6]],
-               "two source sentences give two outputs")
+        _equal(
+            decode(call, f, model, torch.tensor([[3, 4, 5], [6, 7, 0]]), 20),
+            [[6], [6]],
+            "two source sentences give two outputs",
+        )
 
     def stops(f, call):
         model = _table_model({BOS: {5: 5.0}, 5: {6: 5.0}, 6: {5: 5.0}})  # never ends
@@ -1018,44 +1275,64 @@ def _greedy_checks():
     def min_len(f, call):
         model = _table_model({BOS: {EOS: 5.0, 6: 2.0}, 6: {EOS: 5.0, 7: 2.0}, 7: {EOS: 5.0, 8: 2.0}})
         src = torch.tensor([[3, 4]])
-        _equal(decode(call, f, model, src, 10, min_len=2), [[6, 7]], "</s> is barred for the first 2 tokens "
-                                                                      "(min_len=2), then it is the most likely")
+        _equal(
+            decode(call, f, model, src, 10, min_len=2),
+            [[6, 7]],
+            "</s> is barred for the first 2 tokens (min_len=2), then it is the most likely",
+        )
         _equal(decode(call, f, model, src, 10), [[]], "with min_len=0, </s> may come first")
 
     def real(f, call):
         from aiayn.model import make_model
+
         torch.manual_seed(0)
         model = make_model("base", vocab_size=16, N=1, d_model=32, d_ff=64, h=4, P_drop=0.0, max_len=64).eval()
         src = torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 0, 0]])
         with torch.no_grad():
             for kw in ({}, {"min_len": 4}):
                 want = _greedy(model, src, 10, **kw)
-                _equal(decode(call, f, model, src, 10, **kw), want, f"a small random model, max_len 10, {kw or 'min_len 0'}")
+                _equal(
+                    decode(call, f, model, src, 10, **kw),
+                    want,
+                    f"a small random model, max_len 10, {kw or 'min_len 0'}",
+                )
 
-    return [("chain", "follows the most likely token (known chain)", 3, chain),
-            ("batch", "one output per source sentence", 1, batch),
-            ("stops", "stops after max_len tokens when no </s> comes", 1, stops),
-            ("min_len", "no </s> before min_len tokens", 2, min_len),
-            ("real", "equals greedy decoding on a small model", 2, real)]
+    return [
+        ("chain", "follows the most likely token (known chain)", 3, chain),
+        ("batch", "one output per source sentence", 1, batch),
+        ("stops", "stops after max_len tokens when no </s> comes", 1, stops),
+        ("min_len", "no </s> before min_len tokens", 2, min_len),
+        ("real", "equals greedy decoding on a small model", 2, real),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §6.1 BLEU: its parts, and corpus BLEU with add-one smoothing
 # ----------------------------------------------------------------------------------------------------------
 
+
 def _ngrams(tokens, n):
     from collections import Counter
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
-@_assignment("clipped_matches", "Modified n-gram precision (§6.1)", "decoding", ["clipped_matches"],
-             "clipped_matches(hyp, ref, n) -> (clipped n-gram matches, n-grams of hyp), token lists",
-             ["aiayn.bleu.ngram_stats", "aiayn.bleu.ngrams"])
+@_assignment(
+    "clipped_matches",
+    "Modified n-gram precision (§6.1)",
+    "decoding",
+    ["clipped_matches"],
+    "clipped_matches(hyp, ref, n) -> (clipped n-gram matches, n-grams of hyp), token lists",
+    ["aiayn.bleu.ngram_stats", "aiayn.bleu.ngrams"],
+)
 def _clipped_checks():
     def agrees(f, call):
-        cases = [("the the the the".split(), "the cat sat on the mat".split()),
-                 ("a man rides a bike on a road".split(), "a man rides a bicycle on a street".split()),
-                 ([], "a b c".split()), ("a b".split(), [])]
+        cases = [
+            ("the the the the".split(), "the cat sat on the mat".split()),
+            ("a man rides a bike on a road".split(), "a man rides a bicycle on a street".split()),
+            ([], "a b c".split()),
+            ("a b".split(), []),
+        ]
         for hyp, ref in cases:
             for n in range(1, 5):
                 h, r = _ngrams(hyp, n), _ngrams(ref, n)
@@ -1065,15 +1342,22 @@ def _clipped_checks():
                 if tuple(got) == (sum(c for g, c in h.items() if g in r), want[1]):
                     cause = " (the counts are not clipped at the reference's count)"
                 if tuple(got) != want:
-                    raise Failed(f"n = {n}, hyp {' '.join(hyp)!r}, ref {' '.join(ref)!r}: got {tuple(got)}, expected "
-                                 f"{want}{cause}")
+                    raise Failed(
+                        f"n = {n}, hyp {' '.join(hyp)!r}, ref {' '.join(ref)!r}: got {tuple(got)}, expected "
+                        f"{want}{cause}"
+                    )
 
     return [("agrees", "clipped matches and totals for four pairs and n = 1..4", 1, agrees)]
 
 
-@_assignment("brevity_penalty", "The brevity penalty (§6.1)", "decoding", ["my_brevity_penalty"],
-             "my_brevity_penalty(c, r) -> 1 if c >= r, else exp(1 - r / c); 0 for c = 0",
-             ["aiayn.bleu.brevity_penalty"])
+@_assignment(
+    "brevity_penalty",
+    "The brevity penalty (§6.1)",
+    "decoding",
+    ["my_brevity_penalty"],
+    "my_brevity_penalty(c, r) -> 1 if c >= r, else exp(1 - r / c); 0 for c = 0",
+    ["aiayn.bleu.brevity_penalty"],
+)
 def _bp_checks():
     def agrees(f, call):
         for c, r in [(10, 10), (12, 10), (9, 10), (1, 30), (0, 5), (0, 0)]:
@@ -1085,14 +1369,22 @@ def _bp_checks():
     return [("agrees", "BP for six pairs of lengths", 1, agrees)]
 
 
-BLEU_REFERENCES = ["aiayn.bleu.corpus_bleu", "aiayn.bleu.bleu_from_stats", "aiayn.bleu.ngram_stats",
-                   "sacrebleu.corpus_bleu", "sacrebleu.sentence_bleu", "sacrebleu.metrics.bleu.BLEU.corpus_score",
-                   "sacrebleu.metrics.bleu.BLEU.sentence_score", "sacrebleu.metrics.bleu.BLEU.compute_bleu"]
+BLEU_REFERENCES = [
+    "aiayn.bleu.corpus_bleu",
+    "aiayn.bleu.bleu_from_stats",
+    "aiayn.bleu.ngram_stats",
+    "sacrebleu.corpus_bleu",
+    "sacrebleu.sentence_bleu",
+    "sacrebleu.metrics.bleu.BLEU.corpus_score",
+    "sacrebleu.metrics.bleu.BLEU.sentence_score",
+    "sacrebleu.metrics.bleu.BLEU.compute_bleu",
+]
 
 
 def _add_one_bleu(hyps, refs):
     """Reference: corpus BLEU on 13a tokens, p_n = (m_n + 1) / (t_n + 1) for n = 2..4 (Lin and Och, 2004)."""
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
     tok = Tokenizer13a()
     m, t, c, r = [0] * 4, [0] * 4, 0, 0
     for hyp, ref in zip(hyps, refs):
@@ -1109,12 +1401,23 @@ def _add_one_bleu(hyps, refs):
     return 100 * bp * math.exp(log_p / 4)
 
 
-@_assignment("bleu", "Corpus BLEU with add-one smoothing (§6.1)", "greedy_and_bleu", ["add_one_bleu"],
-             "add_one_bleu(hyps: list[str], refs: list[str]) -> BLEU in [0, 100] on sacreBLEU's 13a tokens, with "
-             "p_n = (m_n + 1) / (t_n + 1) for n = 2, 3, 4", BLEU_REFERENCES, 45)
+@_assignment(
+    "bleu",
+    "Corpus BLEU with add-one smoothing (§6.1)",
+    "greedy_and_bleu",
+    ["add_one_bleu"],
+    "add_one_bleu(hyps: list[str], refs: list[str]) -> BLEU in [0, 100] on sacreBLEU's 13a tokens, with "
+    "p_n = (m_n + 1) / (t_n + 1) for n = 2, 3, 4",
+    BLEU_REFERENCES,
+    45,
+)
 def _bleu_checks():
-    refs = ["The cat sat on the mat .", "A man is riding a red bicycle down the street .",
-            "Two dogs play in the snow .", "Children are watching a puppet show in the park ."]
+    refs = [
+        "The cat sat on the mat .",
+        "A man is riding a red bicycle down the street .",
+        "Two dogs play in the snow .",
+        "Children are watching a puppet show in the park .",
+    ]
 
     def score(call, f, hyps, rs):
         out = call(f, list(hyps), list(rs))
@@ -1124,6 +1427,7 @@ def _bleu_checks():
         got, want = score(call, f, hyps, rs), _add_one_bleu(hyps, rs)
         if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             import sacrebleu
+
             cause = ""
             if math.isclose(got, sacrebleu.corpus_bleu(hyps, [rs]).score, rel_tol=1e-6):
                 cause = ": that is BLEU with sacreBLEU's default 'exp' smoothing; here every p_n for n >= 2 is smoothed"
@@ -1135,44 +1439,77 @@ def _bleu_checks():
         close(call, f, refs, refs, "identical hypotheses and references score 100")
 
     def brevity(f, call):
-        close(call, f, ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .",
-                        "Children are watching"], refs, "short hypotheses: the brevity penalty")
+        close(
+            call,
+            f,
+            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"],
+            refs,
+            "short hypotheses: the brevity penalty",
+        )
 
     def smoothing(f, call):
         close(call, f, ["a b c d e", "f g h"], ["a x c y e", "z z z"], "no bigram matches: add-one smoothing")
 
     def corpus(f, call):
-        close(call, f, ["The cat sat on a mat .", "A man rides a red bike down the street .", "Two dogs are in snow .",
-                        "Kids watch a show in the park ."], refs, "counts pooled over the corpus")
+        close(
+            call,
+            f,
+            [
+                "The cat sat on a mat .",
+                "A man rides a red bike down the street .",
+                "Two dogs are in snow .",
+                "Kids watch a show in the park .",
+            ],
+            refs,
+            "counts pooled over the corpus",
+        )
 
     def random_corpus(f, call):
         import random
+
         rng = random.Random(0)
         words = "a man woman dog cat runs sits on the in park street red blue , .".split()
         rs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(40)]
-        hyps = [" ".join(w for w in x.split() if rng.random() > 0.2) + (" blue" if rng.random() > 0.5 else "")
-                for x in rs]
+        hyps = [
+            " ".join(w for w in x.split() if rng.random() > 0.2) + (" blue" if rng.random() > 0.5 else "") for x in rs
+        ]
         close(call, f, hyps, rs, "a random corpus of 40 sentences")
 
-    return [("identical", "an identical corpus scores 100", 1, identical), ("brevity", "the brevity penalty", 2, brevity),
-            ("smoothing", "add-one smoothing where no bigram matches", 2, smoothing),
-            ("corpus", "n-gram counts pooled over the corpus", 2, corpus),
-            ("random", "a random corpus of 40 sentences", 2, random_corpus)]
+    return [
+        ("identical", "an identical corpus scores 100", 1, identical),
+        ("brevity", "the brevity penalty", 2, brevity),
+        ("smoothing", "add-one smoothing where no bigram matches", 2, smoothing),
+        ("corpus", "n-gram counts pooled over the corpus", 2, corpus),
+        ("random", "a random corpus of 40 sentences", 2, random_corpus),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # §6.1 results: repetitions
 # ----------------------------------------------------------------------------------------------------------
 
-@_assignment("repeats", "Repeated words (§6.1)", "results", ["my_repeats"],
-             "my_repeats(sentence, times=3) -> True when some word occurs `times` times in a row",
-             ["aiayn.results.repeats"])
+
+@_assignment(
+    "repeats",
+    "Repeated words (§6.1)",
+    "results",
+    ["my_repeats"],
+    "my_repeats(sentence, times=3) -> True when some word occurs `times` times in a row",
+    ["aiayn.results.repeats"],
+)
 def _repeats_checks():
     def agrees(f, call):
-        for sentence in ["ein Mann einem einem einem", "ein ein Mann", "", "a a a", "a b a b a b", "Hund Hund Hund Hund"]:
+        for sentence in [
+            "ein Mann einem einem einem",
+            "ein ein Mann",
+            "",
+            "a a a",
+            "a b a b a b",
+            "Hund Hund Hund Hund",
+        ]:
             for times in (2, 3, 4):
                 words = sentence.split()
-                want = any(len(set(words[i:i + times])) == 1 for i in range(len(words) - times + 1))
+                want = any(len(set(words[i : i + times])) == 1 for i in range(len(words) - times + 1))
                 _equal(bool(call(f, sentence, times)), want, f"my_repeats({sentence!r}, {times})")
 
     return [("agrees", "six sentences, 2 to 4 repetitions", 1, agrees)]
@@ -1182,32 +1519,43 @@ def _repeats_checks():
 # §6.2 variations: the parameter count of a configuration, by hand
 # ----------------------------------------------------------------------------------------------------------
 
+
 def _parameter_count(c, biases=True, norms=True, tied=True) -> int:
     """Reference: the parameters of a post-LN Transformer with sinusoidal positions and three-way tied embeddings."""
     d, dk, h = c.d_model, c.d_k or c.d_model // c.h, c.h
-    attention = 4 * d * h * dk + (3 * h * dk + d) * biases    # W_Q, W_K, W_V, W_O (and their biases)
+    attention = 4 * d * h * dk + (3 * h * dk + d) * biases  # W_Q, W_K, W_V, W_O (and their biases)
     ffn = 2 * d * c.d_ff + (c.d_ff + d) * biases
-    norm = 2 * d * norms                                       # a LayerNorm's gain and bias
+    norm = 2 * d * norms  # a LayerNorm's gain and bias
     embeddings = c.vocab_size * d * (1 if tied else 3)
     return embeddings + c.N * (attention + ffn + 2 * norm) + c.N * (2 * attention + ffn + 3 * norm)
 
 
-@_assignment("parameter_count", "Parameters by hand (§6.2)", "variations", ["my_parameter_count"],
-             "my_parameter_count(c: TransformerConfig) -> int, the parameters of make_model(c) with tied weights "
-             "and sinusoidal positions", ["aiayn.model.parameter_count", "aiayn.model.count_parameters",
-                                          "aiayn.model.make_model"])
+@_assignment(
+    "parameter_count",
+    "Parameters by hand (§6.2)",
+    "variations",
+    ["my_parameter_count"],
+    "my_parameter_count(c: TransformerConfig) -> int, the parameters of make_model(c) with tied weights "
+    "and sinusoidal positions",
+    ["aiayn.model.parameter_count", "aiayn.model.count_parameters", "aiayn.model.make_model"],
+)
 def _parameter_count_checks():
     def configs(**changes):
         from aiayn.model import TransformerConfig
+
         return TransformerConfig(**{"vocab_size": 10000, **changes})
 
     def count(call, f, c, what):
         got, want = call(f, c), _parameter_count(c)
         if got != want:
-            causes = [(_parameter_count(c, biases=False), "the biases of the projections are missing"),
-                      (_parameter_count(c, norms=False), "the LayerNorms (a gain and a bias each) are missing"),
-                      (_parameter_count(c, tied=False), "the three embeddings are counted separately; here they "
-                                                        "are one tied matrix")]
+            causes = [
+                (_parameter_count(c, biases=False), "the biases of the projections are missing"),
+                (_parameter_count(c, norms=False), "the LayerNorms (a gain and a bias each) are missing"),
+                (
+                    _parameter_count(c, tied=False),
+                    "the three embeddings are counted separately; here they are one tied matrix",
+                ),
+            ]
             cause = next((f": {why}" for wrong, why in causes if got == wrong), "")
             raise Failed(f"{what}: {_relative(float(got), float(want))}{cause}")
 
@@ -1222,5 +1570,8 @@ def _parameter_count_checks():
         for N, d_model, d_ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512)]:
             count(call, f, configs(N=N, d_model=d_model, d_ff=d_ff), f"N = {N}, d_model = {d_model}, d_ff = {d_ff}")
 
-    return [("base", "the base model", 1, base), ("d_k", "h and d_k varied, as in rows (A) and (B)", 1, d_k),
-            ("sizes", "N, d_model and d_ff varied, as in rows (C)", 1, sizes)]
+    return [
+        ("base", "the base model", 1, base),
+        ("d_k", "h and d_k varied, as in rows (A) and (B)", 1, d_k),
+        ("sizes", "N, d_model and d_ff varied, as in rows (C)", 1, sizes),
+    ]

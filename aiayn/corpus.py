@@ -13,6 +13,7 @@ With the words file present, a tokenizer of any size is learned and applied with
     python -m aiayn.corpus prepare --bpe-size 8000 1000   # write the words (needs spaCy, once) and two encodings
     python -m aiayn.corpus info                           # what the cache holds
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,9 +63,11 @@ def _build_words(cache: Path | None) -> dict:
     try:
         import spacy  # noqa: F401
     except ImportError:
-        raise CorpusError(f"{words_path(cache)} is missing and spaCy is not installed, so the sentences cannot be "
-                          f"split into words here. Run `python -m aiayn.corpus prepare` on a machine with spaCy and copy "
-                          f"{folder(cache)} here (or set AIAYN_DATA to a cache that holds it)") from None
+        raise CorpusError(
+            f"{words_path(cache)} is missing and spaCy is not installed, so the sentences cannot be "
+            f"split into words here. Run `python -m aiayn.corpus prepare` on a machine with spaCy and copy "
+            f"{folder(cache)} here (or set AIAYN_DATA to a cache that holds it)"
+        ) from None
     splits = {}
     for split in data.SPLITS:
         pairs = data.load(split, *LANGS, cache=cache)
@@ -103,8 +106,10 @@ class Encoded:
 
 
 def _flatten(rows: list[list[int]]) -> dict:
-    return {"flat": torch.tensor([i for row in rows for i in row], dtype=torch.int32),
-            "lengths": torch.tensor([len(row) for row in rows], dtype=torch.int32)}
+    return {
+        "flat": torch.tensor([i for row in rows for i in row], dtype=torch.int32),
+        "lengths": torch.tensor([len(row) for row in rows], dtype=torch.int32),
+    }
 
 
 def _unflatten(part: dict) -> list[list[int]]:
@@ -115,15 +120,27 @@ def _build_encoded(bpe_size: int, cache: Path | None) -> Encoded:
     sentences = words(cache)
     counts = Counter(w for lang in LANGS for sentence in sentences["train"][lang] for w in sentence)
     tokenizer = Tokenizer.from_word_counts(counts, bpe_size)  # the training split only
-    ids = {split: {lang: [tokenizer.encode_words(s) for s in sides[lang]] for lang in LANGS}
-           for split, sides in sentences.items()}
+    ids = {
+        split: {lang: [tokenizer.encode_words(s) for s in sides[lang]] for lang in LANGS}
+        for split, sides in sentences.items()
+    }
     tokenizer_json = io.StringIO()
-    json.dump({"vocab": tokenizer.vocab, "merges": [list(m) for m in tokenizer.merges], "langs": list(tokenizer.langs)},
-              tokenizer_json, ensure_ascii=False)
+    json.dump(
+        {"vocab": tokenizer.vocab, "merges": [list(m) for m in tokenizer.merges], "langs": list(tokenizer.langs)},
+        tokenizer_json,
+        ensure_ascii=False,
+    )
     payload = io.BytesIO()
-    torch.save({"format": FORMAT, "key": KEY, "bpe_size": bpe_size, "tokenizer": tokenizer_json.getvalue(),
-                "ids": {split: {lang: _flatten(rows) for lang, rows in sides.items()} for split, sides in ids.items()}},
-               payload)
+    torch.save(
+        {
+            "format": FORMAT,
+            "key": KEY,
+            "bpe_size": bpe_size,
+            "tokenizer": tokenizer_json.getvalue(),
+            "ids": {split: {lang: _flatten(rows) for lang, rows in sides.items()} for split, sides in ids.items()},
+        },
+        payload,
+    )
     path = encoded_path(bpe_size, cache)
     _write(path, payload.getvalue())
     return Encoded(tokenizer, ids, path)
@@ -137,8 +154,10 @@ def encoded(bpe_size: int = 8000, cache: Path | None = None) -> Encoded:
             content = torch.load(path, map_location="cpu", weights_only=True)
             if content.get("format") == FORMAT and content.get("key") == KEY and content.get("bpe_size") == bpe_size:
                 t = json.loads(content["tokenizer"])
-                ids = {split: {lang: _unflatten(part) for lang, part in sides.items()}
-                       for split, sides in content["ids"].items()}
+                ids = {
+                    split: {lang: _unflatten(part) for lang, part in sides.items()}
+                    for split, sides in content["ids"].items()
+                }
                 return Encoded(Tokenizer(t["vocab"], t["merges"], t["langs"]), ids, path)
         except Exception:  # noqa: BLE001  any unreadable file is made again from the words
             pass

@@ -13,6 +13,7 @@ without registered checks, the chapter's own test cell (1 point). nbgrader does 
     python -m aiayn.course report label_smoothing               # one line per submission: points, failures, errors
     python -m aiayn.course demo label_smoothing                 # three made-up submissions, to try it out
 """
+
 import argparse
 import ast
 import copy
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn import ROOT
+
 BOOK = ROOT / "book"
 COURSE = ROOT / "course"  # assignment notebooks beyond the chapters, with the same markers
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -32,6 +34,7 @@ REPO = "aiayn-book/aiayn"
 def checks() -> dict:
     """The namespace of aiayn/checks.py, executed afresh as a check cell does (it never enters sys.modules)."""
     import importlib.util
+
     return runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)
 
 
@@ -42,6 +45,7 @@ def _slug(stem: str) -> str:
 # ----------------------------------------------------------------------------------------------------------
 # Exercises, from the markers
 # ----------------------------------------------------------------------------------------------------------
+
 
 def _defined_names(source: str) -> list[str]:
     """Top-level functions, classes and assigned names of a cell, in order."""
@@ -66,11 +70,11 @@ def has_solution(source: str) -> bool:
 class Exercise:
     """A coding exercise: its solution cell, the chapter's test cell after it, and the checks that grade it."""
 
-    notebook: str           # file stem, e.g. "02_attention"
-    number: int | None      # the exercise's number in the chapter's list
+    notebook: str  # file stem, e.g. "02_attention"
+    number: int | None  # the exercise's number in the chapter's list
     solution_cell: int
     test_cell: int | None
-    names: list[str]        # what the solution cell defines
+    names: list[str]  # what the solution cell defines
     assignments: list[str]  # keys of aiayn.checks.ASSIGNMENTS that grade it; none: the test cell does (1 point)
 
     @property
@@ -118,8 +122,11 @@ def sources(book: Path = BOOK, course: Path = COURSE) -> list[Path]:
     import nbformat
 
     paths = sorted(book.glob("[0-9]*.ipynb")) + (sorted(course.glob("*.ipynb")) if course.is_dir() else [])
-    return [p for p in paths if any(c.cell_type == "code" and has_solution(c.source)
-                                    for c in nbformat.read(p, as_version=4).cells)]
+    return [
+        p
+        for p in paths
+        if any(c.cell_type == "code" and has_solution(c.source) for c in nbformat.read(p, as_version=4).cells)
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -141,17 +148,21 @@ def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0)
 
 
 def _header(notebook: str, link: bool) -> str:
-    text = ("**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
-            "`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
-            "cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
-            "each earns its points when it runs without an error, and when it does not, its message says what is "
-            "wrong. The book's own cells are read-only: the grader runs them as they are here. "
-            "A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
-            "kernel and run the whole notebook.")
+    text = (
+        "**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
+        "`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
+        "cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
+        "each earns its points when it runs without an error, and when it does not, its message says what is "
+        "wrong. The book's own cells are read-only: the grader runs them as they are here. "
+        "A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
+        "kernel and run the whole notebook."
+    )
     if link:
         folder = "course" if (COURSE / f"{notebook}.ipynb").exists() else "book"
-        text += (f" The book's chapter is [here](https://colab.research.google.com/github/{REPO}/blob/main/"
-                 f"{folder}/{notebook}.ipynb).")
+        text += (
+            f" The book's chapter is [here](https://colab.research.google.com/github/{REPO}/blob/main/"
+            f"{folder}/{notebook}.ipynb)."
+        )
     return text
 
 
@@ -182,14 +193,18 @@ def source_notebook(nb, notebook: str, link: bool = False, registry: dict | None
             cells = []
             for key in ex.assignments:
                 for c in registry[key].checks:
-                    cell = nbformat.v4.new_code_cell(CHECK_CELL.format(
-                        points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key))
+                    cell = nbformat.v4.new_code_cell(
+                        CHECK_CELL.format(
+                            points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key
+                        )
+                    )
                     cell.metadata["nbgrader"] = _meta(f"{key}_{c.key}", grade=True, locked=True, points=c.points)
                     cells.append(cell)
             inserts.append(((ex.test_cell if ex.test_cell is not None else ex.solution_cell) + 1, cells))
         elif ex.test_cell is not None:
-            nb.cells[ex.test_cell].metadata["nbgrader"] = _meta(f"test_{ex.grade_id}", grade=True, locked=True,
-                                                                points=1)
+            nb.cells[ex.test_cell].metadata["nbgrader"] = _meta(
+                f"test_{ex.grade_id}", grade=True, locked=True, points=1
+            )
     for at, cells in sorted(inserts, key=lambda x: x[0], reverse=True):
         nb.cells[at:at] = cells
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(_header(notebook, link)))
@@ -245,8 +260,7 @@ def notebook_path(name) -> Path:
     for path in found:
         if str(name) in (path.stem, path.name, _slug(path.stem)):
             return path
-    raise FileNotFoundError(f"no notebook with exercises named {name}; they are: "
-                            f"{', '.join(p.stem for p in found)}")
+    raise FileNotFoundError(f"no notebook with exercises named {name}; they are: {', '.join(p.stem for p in found)}")
 
 
 def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
@@ -257,7 +271,7 @@ def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
     root = Path(root)
     registry = checks()["ASSIGNMENTS"]
     written = []
-    for path in (list(map(notebook_path, notebooks)) if notebooks else sources()):
+    for path in list(map(notebook_path, notebooks)) if notebooks else sources():
         nb = source_notebook(nbformat.read(path, as_version=4), path.stem, link, registry)
         folder = root / "source" / path.stem
         folder.mkdir(parents=True, exist_ok=True)
@@ -273,6 +287,7 @@ def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
 # After nbgrader autograde: a line per submission
 # ----------------------------------------------------------------------------------------------------------
 
+
 def _error(cell) -> str:
     """The error a cell of an autograded notebook ended with: "timed out", its message, or ""."""
     for out in cell.get("outputs", []):
@@ -287,6 +302,7 @@ def _error(cell) -> str:
 def _detail(text: str) -> str:
     """A detail line of the report, indented under the submission's line and wrapped at 79 characters."""
     import textwrap
+
     return textwrap.fill(text, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
 
 
@@ -307,11 +323,14 @@ def report(root: Path, assignment: str) -> list[str]:
         try:
             a = gb.find_assignment(assignment)
         except MissingEntry:
-            raise ValueError(f"the gradebook has no assignment {assignment!r}; it has "
-                             f"{', '.join(x.name for x in gb.assignments) or 'none'}") from None
+            raise ValueError(
+                f"the gradebook has no assignment {assignment!r}; it has "
+                f"{', '.join(x.name for x in gb.assignments) or 'none'}"
+            ) from None
         if not (root / "submitted").is_dir():
-            raise FileNotFoundError(f"no submitted/ folder in {root}: submissions go in "
-                                    f"submitted/<student>/{assignment}/")
+            raise FileNotFoundError(
+                f"no submitted/ folder in {root}: submissions go in submitted/<student>/{assignment}/"
+            )
         students = sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir())
         for student in students:
             for name in sorted(nb.name for nb in a.notebooks):
@@ -391,6 +410,7 @@ def demo_submissions(root: Path, assignment: str = "label_smoothing") -> list[Pa
 
 # ----------------------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aiayn.course", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -398,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("course", help="write an nbgrader course directory from the book's exercises")
     c.add_argument("root", type=Path, help="the course directory (created if needed)")
     c.add_argument("notebooks", nargs="*", help="names or paths (default: every notebook with coding exercises)")
-    c.add_argument("--link-chapters", action="store_true", help="link each student notebook to its chapter (which "
-                                                                 "shows the solutions)")
+    c.add_argument(
+        "--link-chapters",
+        action="store_true",
+        help="link each student notebook to its chapter (which shows the solutions)",
+    )
     r = sub.add_parser("report", help="after nbgrader autograde: one line per submission")
     r.add_argument("assignment")
     r.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
@@ -410,11 +433,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             import nbformat
+
             registry = checks()["ASSIGNMENTS"]
             for path in sources():
                 for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
-                    graded = ", ".join(f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})"
-                                       for k in e.assignments) or "its test cell (1 point)"
+                    graded = (
+                        ", ".join(
+                            f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})" for k in e.assignments
+                        )
+                        or "its test cell (1 point)"
+                    )
                     print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
             print("\nChecks:")
             for a in registry.values():
@@ -423,8 +451,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {chk.points}  {chk.key:13} {chk.what}")
         elif args.command == "course":
             written = write_course(args.root, args.notebooks, args.link_chapters)
-            print(f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
-                  f"{', '.join(written)}")
+            print(
+                f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
+                f"{', '.join(written)}"
+            )
             print(f"next: cd {args.root} && nbgrader generate_assignment {written[0] if written else '<assignment>'}")
         elif args.command == "demo":
             for path in demo_submissions(args.course, args.assignment):

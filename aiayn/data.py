@@ -6,6 +6,7 @@ SHA256 sums, and kept in a cache folder: ``$AIAYN_DATA`` if set, else ``~/.cache
     python -m aiayn.data prime DIR   # fill the cache from a folder holding the .gz files (offline)
     python -m aiayn.data fetch       # download every file into the cache and verify it
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,8 +104,9 @@ def write_atomic(dest: Path, payload: bytes) -> None:
     os.replace(tmp.name, dest)
 
 
-def fetch(name: str, cache: Path | None = None, download: bool = True, urls=URLS,
-          retries: int = 3, timeout: float = 30.0) -> Path:
+def fetch(
+    name: str, cache: Path | None = None, download: bool = True, urls=URLS, retries: int = 3, timeout: float = 30.0
+) -> Path:
     """Return the path of a verified cached file, downloading it (again) when missing or corrupt."""
     if name not in SHA256:
         raise DataError(f"unknown Multi30k file {name!r}; expected one of {sorted(SHA256)}")
@@ -113,12 +115,16 @@ def fetch(name: str, cache: Path | None = None, download: bool = True, urls=URLS
         if sha256(path) == SHA256[name]:
             return path
         if not download:
-            raise DataError(f"{path} is corrupt (SHA256 mismatch). Delete it and run again with network "
-                            f"access, or copy a good copy there (`python -m aiayn.data prime DIR`).")
+            raise DataError(
+                f"{path} is corrupt (SHA256 mismatch). Delete it and run again with network "
+                f"access, or copy a good copy there (`python -m aiayn.data prime DIR`)."
+            )
         path.unlink()
     elif not download:
-        raise DataError(f"{path} is missing. Run `python -m aiayn.data fetch` with network access, "
-                        f"or `python -m aiayn.data prime DIR` with a folder that holds the .gz files.")
+        raise DataError(
+            f"{path} is missing. Run `python -m aiayn.data fetch` with network access, "
+            f"or `python -m aiayn.data prime DIR` with a folder that holds the .gz files."
+        )
     _download(name, path, urls, retries, timeout)
     return path
 
@@ -129,8 +135,9 @@ def read_lines(path: Path) -> list[str]:
         return [line.replace("\u00a0", " ").strip() for line in f]
 
 
-def load(split: str, src: str = "en", tgt: str = "de", cache: Path | None = None,
-         download: bool = True) -> list[tuple[str, str]]:
+def load(
+    split: str, src: str = "en", tgt: str = "de", cache: Path | None = None, download: bool = True
+) -> list[tuple[str, str]]:
     """The aligned (source, target) sentence pairs of one split, e.g. ``load("test2016")``."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")

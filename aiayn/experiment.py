@@ -6,6 +6,7 @@
 The sentences come from the encoded cache (aiayn.corpus), so a run imports no spaCy; only the lowercased
 Moses-tokenised BLEU needs sacremoses.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,6 +15,7 @@ T0 = time.perf_counter()  # the run's clock starts before the heavy imports
 
 import argparse
 import dataclasses
+from dataclasses import dataclass, field
 import datetime
 import json
 import os
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 from sacrebleu.metrics import BLEU
 
 from aiayn import bleu, corpus, data, health
@@ -32,8 +35,18 @@ from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
 from aiayn.floor import build
 from aiayn.model import PRESETS, TransformerConfig, count_parameters
 from aiayn.provenance import ROOT, cpu_features, cpu_name, provenance
-from aiayn.training import (MULTI30K_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
-                            choose_precision, evaluate, read_checkpoint, train, world)
+from aiayn.training import (
+    MULTI30K_TRAIN,
+    CheckpointError,
+    LabelSmoothingLoss,
+    TrainConfig,
+    checkpoints,
+    choose_precision,
+    evaluate,
+    read_checkpoint,
+    train,
+    world,
+)
 
 TEST_SPLITS = ("test2016", "test2017", "mscoco2017", "test2018")
 SCORED = ("val",) + TEST_SPLITS
@@ -60,11 +73,24 @@ def score(hypotheses: list[str], references: list[str], lang: str) -> dict:
     """Cased sacreBLEU (13a) with its signature, and lowercased Moses-tokenised BLEU (tokenize="none")."""
     out = {}
     for name, metric, hyps, refs in (
-            ("sacrebleu", BLEU(), hypotheses, references),
-            ("tok_lc", BLEU(tokenize="none", force=True), moses_tokenize(hypotheses, lang), moses_tokenize(references, lang))):
+        ("sacrebleu", BLEU(), hypotheses, references),
+        (
+            "tok_lc",
+            BLEU(tokenize="none", force=True),
+            moses_tokenize(hypotheses, lang),
+            moses_tokenize(references, lang),
+        ),
+    ):
         s = metric.corpus_score(hyps, [refs])
-        out[name] = {"score": s.score, "signature": str(metric.get_signature()), "precisions": s.precisions,
-                     "bp": s.bp, "sys_len": s.sys_len, "ref_len": s.ref_len, "text": str(s)}
+        out[name] = {
+            "score": s.score,
+            "signature": str(metric.get_signature()),
+            "precisions": s.precisions,
+            "bp": s.bp,
+            "sys_len": s.sys_len,
+            "ref_len": s.ref_len,
+            "text": str(s),
+        }
     out["sacrebleu"]["aiayn_bleu"] = bleu.corpus_bleu(hypotheses, references).score  # the chapter's own BLEU
     return out
 
@@ -149,93 +175,181 @@ def model_overrides(pairs: list[str]) -> dict:
         if key == "vocab_size":
             raise ExperimentError("--set vocab_size: the vocabulary size is the tokenizer's; change it with --bpe-size")
         try:
-            out[key] = {"True": True, "False": False, "None": None}[value] if value in ("True", "False", "None") \
+            out[key] = (
+                {"True": True, "False": False, "None": None}[value]
+                if value in ("True", "False", "None")
                 else (float(value) if "." in value or "e" in value else int(value))
+            )
         except ValueError:
             raise ExperimentError(f"--set {pair}: {value!r} is not a number, True, False or None") from None
     return out
 
 
-# The settings a recipe may choose, and their values without one (the GPU-scale defaults of §5.3).
-DEFAULTS = {"bpe_size": 8000, "max_tokens": 8000, "epochs": MULTI30K_TRAIN["epochs"], "warmup": MULTI30K_TRAIN["warmup"],
-            "factor": MULTI30K_TRAIN["factor"], "clip_norm": None, "average_last": 10, "time_budget": None,
-            "eval_reserve": 90.0}
-# Named recipes: model changes (--set) and the settings above, chosen on validation BLEU (§6.1 results shows the
-# search). Options given on the command line override the recipe's.
+STOPPED_BY = {
+    "epochs": "epochs",
+    "max_updates": "max_updates",
+    "max_seconds": "time budget",
+    "patience": "early stopping",
+}  # train()'s reason, as metrics.json words it
+# Named recipes: model changes (set) and settings of RunConfig, chosen on validation BLEU (§6.1 results shows the
+# searches). Options given on the command line override the recipe's.
 RECIPES = {
-    "cpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1}, "bpe_size": 8000, "max_tokens": 4096,
-            "epochs": 16, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 5,
-            "time_budget": 1800.0, "eval_reserve": 240.0},
+    "cpu": {
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1},
+        "bpe_size": 8000,
+        "max_tokens": 4096,
+        "epochs": 16,
+        "warmup": 400,
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 5,
+        "time_budget": 1800.0,
+        "eval_reserve": 240.0,
+    },
     # the CPU recipe's model with more dropout and twice the batch, trained for as long as one GPU call allows;
     # chosen on validation among 8 settings (results/gpu-search)
-    "gpu": {"set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.2}, "bpe_size": 8000, "max_tokens": 8192,
-            "epochs": 500, "warmup": 400, "factor": 0.64, "clip_norm": 1.0, "average_last": 10,
-            "time_budget": 520.0, "eval_reserve": 100.0},
+    "gpu": {
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.2},
+        "bpe_size": 8000,
+        "max_tokens": 8192,
+        "epochs": 500,
+        "warmup": 400,
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 10,
+        "time_budget": 520.0,
+        "eval_reserve": 100.0,
+    },
 }
 
 
+def setting(default, help: str, **argparse_options):
+    """A field of RunConfig: its one default, its help, and how the command line takes it."""
+    factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    return field(**factory, metadata={"help": help, **argparse_options})
+
+
+@dataclass
+class RunConfig:
+    """Every setting of one run of ``python -m aiayn.experiment``, declared once: its default and its help. The
+    command line is generated from it (``parser``), and so is the command line of a run that another program starts
+    (``to_argv``)."""
+
+    direction: str = setting(None, "translation direction", choices=("en-de", "de-en"), required=True)
+    out: str = setting(None, "results folder (metrics, hypotheses, curves, attention; no checkpoints)", required=True)
+    recipe: str | None = setting(
+        None,
+        "a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 minutes on one GPU); "
+        "options given here override it",
+        choices=sorted(RECIPES),
+    )
+    ckpt_dir: str | None = setting(None, "scratch folder for checkpoints; default checkpoints/experiment/<out name>")
+    preset: str = setting("multi30k", "model preset of aiayn.model: multi30k, base, big")
+    set: list = setting([], "TransformerConfig fields, e.g. N=6", nargs="*", metavar="FIELD=VALUE")
+    layers: str = setting("aiayn", "the book's layers, or PyTorch's nn.Transformer layers (the floor)", choices=LAYERS)
+    bpe_size: int = setting(8000, "joint BPE vocabulary (sets vocab_size)", type=int)
+    max_tokens: int = setting(8000, "token budget of one batch, per process", type=int)
+    pad_multiple: int = setting(1, "round batch lengths up to a multiple (8 for --compile)", type=int)
+    epochs: int = setting(MULTI30K_TRAIN["epochs"], "epochs at most", type=int)
+    max_updates: int | None = setting(None, "optimizer updates at most", type=int)
+    warmup: int = setting(MULTI30K_TRAIN["warmup"], "warmup updates of Equation (3)", type=int)
+    factor: float = setting(MULTI30K_TRAIN["factor"], "multiplies Equation (3)", type=float)
+    eps_ls: float | None = setting(None, "label smoothing (None: the model config's, 0.1)", type=float)
+    accum: int = setting(1, "micro-batches per optimizer update", type=int)
+    clip_norm: float | None = setting(None, "clip the gradient norm (None: no clipping)", type=float)
+    average_last: int = setting(10, "average this many of the last checkpoints", type=int)
+    save_every: int | None = setting(None, "also save every this many updates (else per epoch)", type=int)
+    time_budget: float | None = setting(
+        None, "seconds for the whole command; training stops when only --eval-reserve is left", type=float
+    )
+    eval_reserve: float = setting(90.0, "seconds kept for averaging, decoding, scoring", type=float)
+    resume: bool = setting(False, "continue an interrupted run (a finished one says so)", action="store_true")
+    eval_only: bool = setting(False, "skip training; evaluate the checkpoints there are", action="store_true")
+    limit_train: int | None = setting(None, "use only N training batches per epoch (smoke tests)", type=int)
+    decode_batch: int = setting(128, "sentences per beam-search batch", type=int)
+    max_output: int | None = setting(
+        None, "most output tokens per sentence (None: input length + 50, as in §6.1)", type=int
+    )
+    precision: str = setting(
+        "auto",
+        "auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU bf16 where it has "
+        "AMX, else fp32",
+        choices=("auto", "bf16", "fp16", "fp32"),
+    )
+    compile: bool = setting(False, "torch.compile the model for training", action="store_true")
+    progress: bool = setting(False, "show a progress bar per epoch", action="store_true")
+    seed: int = setting(0, "seed of the initialisation, the batches and dropout", type=int)
+    splits: list = setting(
+        list(SCORED),
+        "sets to decode and score (default all five; val alone for Table 3, none to only train)",
+        nargs="*",
+        choices=SCORED,
+    )
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m aiayn.experiment", description="Train on Multi30k, average the last "
-                                "checkpoints, beam-search (K=4, α=0.6) and score val and the four test sets.")
-    p.add_argument("--direction", choices=("en-de", "de-en"), required=True)
-    p.add_argument("--out", required=True, help="results folder (metrics, hypotheses, curves, attention; no checkpoints)")
-    p.add_argument("--recipe", choices=sorted(RECIPES), default=None,
-                   help="a named set of the settings below (cpu: about 30 minutes on 2 CPU cores; gpu: under 9 "
-                        "minutes on one GPU); options given here override it")
-    p.add_argument("--ckpt-dir", default=None, help="scratch folder for checkpoints; default checkpoints/experiment/<out name>")
-    p.add_argument("--preset", default="multi30k", help="model preset of aiayn.model: multi30k, base, big")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="TransformerConfig fields, e.g. N=6")
-    p.add_argument("--layers", choices=LAYERS, default="aiayn",
-                   help="the book's layers, or PyTorch's nn.Transformer layers (the floor)")
-    d = DEFAULTS
-    p.add_argument("--bpe-size", type=int, help=f"joint BPE vocabulary (sets vocab_size; default {d['bpe_size']})")
-    p.add_argument("--max-tokens", type=int,
-                   help=f"token budget of one batch, per process (default {d['max_tokens']})")
-    p.add_argument("--pad-multiple", type=int, default=1, help="round batch lengths up to a multiple (8 for --compile)")
-    p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
-    p.add_argument("--max-updates", type=int, default=None)
-    p.add_argument("--warmup", type=int, help=f"default {d['warmup']}")
-    p.add_argument("--factor", type=float, help=f"multiplies Equation (3) (default {d['factor']})")
-    p.add_argument("--eps-ls", type=float, default=None, help="label smoothing (default: the model config's, 0.1)")
-    p.add_argument("--accum", type=int, default=1)
-    p.add_argument("--clip-norm", type=float, help="clip the gradient norm (default: no clipping)")
-    p.add_argument("--average-last", type=int,
-                   help=f"average this many of the last checkpoints (default {d['average_last']})")
-    p.add_argument("--save-every", type=int, default=None, help="also save every this many updates (else per epoch)")
-    p.add_argument("--time-budget", type=float,
-                   help="seconds for the whole command; training stops when only --eval-reserve is left")
-    p.add_argument("--eval-reserve", type=float,
-                   help=f"seconds kept for averaging, decoding, scoring (default {d['eval_reserve']:g})")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run (a finished one says so)")
-    p.add_argument("--eval-only", action="store_true", help="skip training; evaluate the checkpoints there are")
-    p.add_argument("--limit-train", type=int, default=None, help="use only N training batches per epoch (smoke tests)")
-    p.add_argument("--decode-batch", type=int, default=128, help="sentences per beam-search batch")
-    p.add_argument("--max-output", type=int, default=None,
-                   help="most output tokens per sentence (default: input length + 50, as in §6.1)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU "
-                        "bf16 where it has AMX, else fp32")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
-    p.add_argument("--progress", action="store_true", help="show a progress bar per epoch")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--splits", nargs="*", choices=SCORED, default=list(SCORED),
-                   help="sets to decode and score (default all five; val alone for Table 3, none to only train)")
+    """The command line, generated from RunConfig: one option per field, with its help and default. An option left
+    out takes the recipe's value, else the field's default (so argparse itself keeps no defaults)."""
+    p = argparse.ArgumentParser(
+        prog="python -m aiayn.experiment",
+        description="Train on Multi30k, average the last checkpoints, beam-search (K=4, α=0.6) and score val and the "
+        "four test sets.",
+        argument_default=argparse.SUPPRESS,
+    )
+    for f in dataclasses.fields(RunConfig):
+        options = {k: v for k, v in f.metadata.items() if k != "help"}
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = "" if options.get("required") or options.get("action") else f" (default {default})"
+        p.add_argument(_option(f.name), help=f.metadata["help"] + shown, **options)
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options, with those left out taken from --recipe, then from DEFAULTS."""
-    args = parser().parse_args(argv)
-    recipe = RECIPES.get(args.recipe, {})
-    for name, default in DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, recipe.get(name, default))
-    given = {pair.partition("=")[0] for pair in args.set}
-    args.set = [f"{k}={v}" for k, v in recipe.get("set", {}).items() if k not in given] + list(args.set)
-    return args
+def recipe_config(recipe: str | None) -> RunConfig:
+    """The settings a run has before its command line: the defaults, with the recipe's over them."""
+    chosen = {k: v for k, v in RECIPES.get(recipe, {}).items() if k != "set"}
+    base = RunConfig(**chosen, recipe=recipe)
+    base.set = [f"{k}={v}" for k, v in RECIPES.get(recipe, {}).get("set", {}).items()]
+    return base
 
 
-def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
+def parse_args(argv: list[str] | None = None) -> RunConfig:
+    """The run's settings: those given, then the recipe's, then RunConfig's defaults."""
+    given = vars(parser().parse_args(argv))
+    config = recipe_config(given.get("recipe"))
+    recipe_set = config.set
+    for name, value in given.items():
+        setattr(config, name, value)
+    changed = {pair.partition("=")[0] for pair in given.get("set", [])}
+    config.set = [p for p in recipe_set if p.partition("=")[0] not in changed] + list(given.get("set", []))
+    return config
+
+
+def to_argv(config: RunConfig) -> list[str]:
+    """The command line of a run with these settings: each setting that differs from its recipe's or default
+    value (``--set`` lists the model changes beyond the recipe's)."""
+    base, argv = recipe_config(config.recipe), []
+    for f in dataclasses.fields(RunConfig):
+        value, before = getattr(config, f.name), getattr(base, f.name)
+        if f.name == "recipe":
+            before = None  # the recipe itself is named whenever there is one
+        elif f.name == "set":
+            value = [p for p in value if p not in before]
+        if value == before or (f.name == "set" and not value):
+            continue
+        if isinstance(value, bool):
+            argv.append(_option(f.name))  # a flag that is on
+        elif isinstance(value, list):
+            argv += [_option(f.name), *map(str, value)]
+        else:
+            argv += [_option(f.name), f"{value:g}" if isinstance(value, float) else str(value)]
+    return argv
+
+
+def make_config(args: RunConfig, vocab_size: int) -> TransformerConfig:
     """The model config of --preset with the --set changes and the tokenizer's vocabulary size, checked."""
     if args.preset not in PRESETS:
         raise ExperimentError(f"unknown --preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
@@ -245,11 +359,19 @@ def make_config(args: argparse.Namespace, vocab_size: int) -> TransformerConfig:
         raise ExperimentError(f"--set {' '.join(args.set)}: {err}") from None
 
 
-def _check_options(args: argparse.Namespace) -> None:
+def _check_options(args: RunConfig) -> None:
     """Every option that can be checked before any work, with what to do instead."""
     make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)
-    for name in ("average_last", "max_tokens", "pad_multiple", "epochs", "warmup", "accum", "decode_batch",
-                 "max_output"):
+    for name in (
+        "average_last",
+        "max_tokens",
+        "pad_multiple",
+        "epochs",
+        "warmup",
+        "accum",
+        "decode_batch",
+        "max_output",
+    ):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ExperimentError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.bpe_size <= 260:
@@ -281,13 +403,43 @@ def _start_processes() -> torch.device:
     return device
 
 
-def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | None:
+@dataclass
+class State:
+    """What the phases of one run hand on: the folders, the process, the data, the model and, phase by phase, what
+    training, averaging and decoding made."""
+
+    out: Path
+    ckpt_dir: Path
+    existing: list[Path]
+    device: torch.device
+    rank: int
+    size: int
+    encoded: object = None
+    train_data: object = None
+    val_data: list = None
+    config: TransformerConfig = None
+    model: nn.Module = None
+    precision: str = "fp32"
+    started_with: dict = None
+    tokens_before: float = 0
+    cfg: TrainConfig = None
+    history: dict = None
+    last: dict = None
+    stopped_by: str = None
+    paths: list = None
+    val: dict = None
+    scores: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+    reference_check: dict = None
+    checks: dict = None
+
+
+def run(args: RunConfig, argv: list[str], started: float) -> dict | None:
     """Train (unless --eval-only), average, decode and score; write everything to args.out and return the metrics.
 
     Under torchrun every process trains; process 0 alone evaluates and writes, the others return None.
     """
-    phases = {}
-    tick = time.perf_counter()
+    phases, tick = {}, time.perf_counter()
     _check_options(args)
     out = Path(args.out)
     ckpt_dir = Path(args.ckpt_dir or ROOT / "checkpoints" / "experiment" / out.resolve().name)
@@ -295,15 +447,39 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         raise ExperimentError(f"--ckpt-dir {ckpt_dir} lies inside --out {out}; results hold no checkpoints")
     if (out / "metrics.json").is_file():
         if args.resume:
-            print(f"the run in {out} is finished: {out / 'metrics.json'} holds its scores; nothing to do "
-                  f"(evaluate again with --eval-only into another --out)", flush=True)
+            print(
+                f"the run in {out} is finished: {out / 'metrics.json'} holds its scores; nothing to do "
+                f"(evaluate again with --eval-only into another --out)",
+                flush=True,
+            )
             return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-        raise ExperimentError(f"{out} already holds the metrics.json of a finished run; choose another --out, or "
-                              f"delete {out} to run again")
+        raise ExperimentError(
+            f"{out} already holds the metrics.json of a finished run; choose another --out, or "
+            f"delete {out} to run again"
+        )
+    state = setup(args, argv, out, ckpt_dir)
+    phases["setup"] = time.perf_counter() - tick
+    tick = time.perf_counter()
+    train_phase(state, args, started)
+    phases["train"] = time.perf_counter() - tick
+    if state.rank > 0:
+        return None
+    for name, phase in (("average", average), ("decode_and_score", decode_and_score), ("write", write_outputs)):
+        tick = time.perf_counter()
+        phase(state, args)
+        phases[name] = time.perf_counter() - tick
+    phases["total"] = time.perf_counter() - started
+    return write_metrics(state, args, phases)
+
+
+def setup(args: RunConfig, argv: list[str], out: Path, ckpt_dir: Path) -> State:
+    """Check the checkpoint folder, start the processes, read the encoded data, build the model."""
     existing = checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
     if existing and not (args.resume or args.eval_only):
-        raise ExperimentError(f"{ckpt_dir} already holds {len(existing)} checkpoints of an earlier run; pass --resume "
-                              f"to continue it, --eval-only to evaluate it, or delete the folder or choose --ckpt-dir")
+        raise ExperimentError(
+            f"{ckpt_dir} already holds {len(existing)} checkpoints of an earlier run; pass --resume "
+            f"to continue it, --eval-only to evaluate it, or delete the folder or choose --ckpt-dir"
+        )
     if args.eval_only and not existing:
         raise ExperimentError(f"--eval-only: no checkpoints in {ckpt_dir}; train first (drop --eval-only)")
     if args.resume and not existing:
@@ -312,152 +488,223 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> dict | Non
         moses_tokenize([], "de")  # sacremoses is there: fail now, not after training
     device = _start_processes()
     rank, size = world()
-    src_lang, tgt_lang = args.direction.split("-")
-
+    s = State(out, ckpt_dir, existing, device, rank, size)
     if rank == 0:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        encoded = corpus.encoded(args.bpe_size)  # made once (needs spaCy then), read by every later run
-        encoded.tokenizer.save(ckpt_dir / "tokenizer.json")
+        s.encoded = corpus.encoded(args.bpe_size)  # made once (needs spaCy then), read by every later run
+        s.encoded.tokenizer.save(ckpt_dir / "tokenizer.json")
     if size > 1:
         dist.barrier()  # process 0 has written the cache
     if rank > 0:
-        encoded = corpus.encoded(args.bpe_size)
-    tokenizer = encoded.tokenizer
-    train_data = EpochBatches(encoded.pairs("train", args.direction), args.max_tokens, seed=args.seed,
-                              pad_multiple=args.pad_multiple, device=device)
-    val_data = EpochBatches(encoded.pairs("val", args.direction), args.max_tokens, shuffle=False,
-                            pad_multiple=args.pad_multiple, device=device)(0)
+        s.encoded = corpus.encoded(args.bpe_size)
+    batches = {"max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple, "device": device}
+    s.train_data = EpochBatches(s.encoded.pairs("train", args.direction), seed=args.seed, **batches)
+    s.val_data = EpochBatches(s.encoded.pairs("val", args.direction), shuffle=False, **batches)(0)
     if args.limit_train:
-        train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(train_data, args.limit_train)
-    config = make_config(args, len(tokenizer))
-    tokens_before = 0
+        s.train_data = (lambda full, n: lambda epoch: full(epoch)[:n])(s.train_data, args.limit_train)
+    s.config = make_config(args, len(s.encoded.tokenizer))
     if existing:
-        last = read_checkpoint(existing[-1])
-        tokens_before = last["progress"].get("tokens", 0)
-        trained = TransformerConfig(**last["model_config"])
-        if trained != config:
-            raise ExperimentError(f"{ckpt_dir} holds a model with {trained}, but --preset/--set ask for {config}; "
-                                  f"give the same --preset and --set as the run being continued, or another --ckpt-dir")
-        layers = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
-        if layers != args.layers:
-            raise ExperimentError(f"{ckpt_dir} holds a model with --layers {layers}, not {args.layers}; give "
-                                  f"--layers {layers}, or another --ckpt-dir")
+        _check_continued(existing[-1], s.config, args.layers)
+        s.tokens_before = read_checkpoint(existing[-1])["progress"].get("tokens", 0)
     torch.manual_seed(args.seed)
-    model = build(config, args.layers).to(device)
-    precision = run_precision(device, args.precision)
+    s.model = build(s.config, args.layers).to(device)
+    s.precision = run_precision(device, args.precision)
     # the code and machine as the run starts (the tree may change while it trains); the date is the end's
-    started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
+    s.started_with = provenance(" ".join(["python -m aiayn.experiment", *map(shlex.quote, argv)]), device)
     if rank == 0:
-        where = (torch.cuda.get_device_name(device) if device.type == "cuda"
-                 else f"CPU ({cpu_name()}, {torch.get_num_threads()} thread"
-                      f"{'s' if torch.get_num_threads() > 1 else ''})")
-        print(f"{args.direction}: {count_parameters(model):,} parameters on {where}, precision "
-              f"{precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})", flush=True)
-    phases["setup"] = time.perf_counter() - tick
+        threads = torch.get_num_threads()
+        where = (
+            torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else f"CPU ({cpu_name()}, {threads} thread{'s' if threads > 1 else ''})"
+        )
+        print(
+            f"{args.direction}: {count_parameters(s.model):,} parameters on {where}, precision "
+            f"{s.precision} ({'chosen by --precision' if args.precision != 'auto' else 'auto'})",
+            flush=True,
+        )
+    return s
 
-    tick = time.perf_counter()
-    cfg = TrainConfig(warmup=args.warmup, factor=args.factor, accum=args.accum, epochs=args.epochs,
-                      max_updates=args.max_updates, eps_ls=args.eps_ls, clip_norm=args.clip_norm,
-                      ckpt_dir=str(ckpt_dir), keep_last=max(args.average_last, 2), save_every=args.save_every,
-                      precision=precision, compile=args.compile, seed=args.seed, progress=args.progress)
+
+def _check_continued(path: Path, config: TransformerConfig, layers: str) -> None:
+    """A run continued (--resume, --eval-only) must build the model its checkpoints hold."""
+    last = read_checkpoint(path)
+    trained = TransformerConfig(**last["model_config"])
+    if trained != config:
+        raise ExperimentError(
+            f"{path.parent} holds a model with {trained}, but --preset/--set ask for {config}; "
+            f"give the same --preset and --set as the run being continued, or another --ckpt-dir"
+        )
+    held = {"Transformer": "aiayn", "TorchTransformer": "torch"}.get(last.get("model_class"), "aiayn")
+    if held != layers:
+        raise ExperimentError(
+            f"{path.parent} holds a model with --layers {held}, not {layers}; give "
+            f"--layers {held}, or another --ckpt-dir"
+        )
+
+
+def train_phase(s: State, args: RunConfig, started: float) -> None:
+    """Train within the time budget (or read the history of the checkpoints, --eval-only); note why it stopped."""
+    s.cfg = TrainConfig(
+        warmup=args.warmup,
+        factor=args.factor,
+        accum=args.accum,
+        epochs=args.epochs,
+        max_updates=args.max_updates,
+        eps_ls=args.eps_ls,
+        clip_norm=args.clip_norm,
+        ckpt_dir=str(s.ckpt_dir),
+        keep_last=max(args.average_last, 2),
+        save_every=args.save_every,
+        precision=s.precision,
+        compile=args.compile,
+        seed=args.seed,
+        progress=args.progress,
+    )
     if args.time_budget is not None:
-        cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
-        if cfg.max_seconds <= 0 and not args.eval_only:
-            raise ExperimentError(f"--time-budget {args.time_budget:g} s leaves no time to train after "
-                                  f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s")
+        s.cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
+        if s.cfg.max_seconds <= 0 and not args.eval_only:
+            raise ExperimentError(
+                f"--time-budget {args.time_budget:g} s leaves no time to train after "
+                f"{time.perf_counter() - started:.0f} s of setup and --eval-reserve {args.eval_reserve:g} s"
+            )
     if args.eval_only:
-        history = read_checkpoint(existing[-1])["progress"]["history"]
+        s.history = read_checkpoint(s.existing[-1])["progress"]["history"]
     else:
-        history = train(model, train_data, val_data, cfg, resume=bool(existing))
-    if size > 1:
+        s.history = train(s.model, s.train_data, s.val_data, s.cfg, resume=bool(s.existing))
+    if s.size > 1:
         dist.barrier()
         dist.destroy_process_group()
-        if rank > 0:
-            return None
-    last = read_checkpoint(checkpoints(ckpt_dir)[-1])["progress"]
-    if args.max_updates and last["step"] >= args.max_updates:
-        stopped_by = "max_updates"
-    elif last["early_stopped"]:
-        stopped_by = "early stopping"
-    elif last["epoch"] >= args.epochs:
-        stopped_by = "epochs"
-    else:
-        stopped_by = "time budget"
-    train_s = time.perf_counter() - tick
-    print(f"training: {last['step']} updates, {last['epoch']} epochs, stopped by {stopped_by}", flush=True)
-    phases["train"] = train_s
+        if s.rank > 0:
+            return
+    s.last = read_checkpoint(checkpoints(s.ckpt_dir)[-1])["progress"]
+    # the setting that ended training, as train() reports it (and stores it with the last checkpoint)
+    s.stopped_by = STOPPED_BY.get(s.history.get("stopped_by") or s.last.get("stopped_by"), "unknown")
+    print(f"training: {s.last['step']} updates, {s.last['epoch']} epochs, stopped by {s.stopped_by}", flush=True)
 
-    tick = time.perf_counter()
-    paths = checkpoints(ckpt_dir)[-args.average_last:]
-    model.load_state_dict(average_checkpoints(paths))
-    torch.save({"model_config": dataclasses.asdict(config), "layers": args.layers, "direction": args.direction,
-                "model": model.state_dict()},
-               ckpt_dir / ".averaged.pt.tmp")
-    os.replace(ckpt_dir / ".averaged.pt.tmp", ckpt_dir / "averaged.pt")
-    loss_fn = LabelSmoothingLoss(config.eps_ls if args.eps_ls is None else args.eps_ls, config.pad_id)
-    val = evaluate(model, val_data, loss_fn, device, precision)
-    print(f"averaged {len(paths)} checkpoints: val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}", flush=True)
-    phases["average"] = time.perf_counter() - tick
 
-    out.mkdir(parents=True, exist_ok=True)
-    scores, decode_s, reference_check, outputs = {}, {}, None, {}
+def average(s: State, args: RunConfig) -> None:
+    """Average the last --average-last checkpoints (kept as averaged.pt) and measure the validation loss."""
+    s.paths = checkpoints(s.ckpt_dir)[-args.average_last :]
+    s.model.load_state_dict(average_checkpoints(s.paths))
+    torch.save(
+        {
+            "model_config": dataclasses.asdict(s.config),
+            "layers": args.layers,
+            "direction": args.direction,
+            "model": s.model.state_dict(),
+        },
+        s.ckpt_dir / ".averaged.pt.tmp",
+    )
+    os.replace(s.ckpt_dir / ".averaged.pt.tmp", s.ckpt_dir / "averaged.pt")
+    loss_fn = LabelSmoothingLoss(s.config.eps_ls if args.eps_ls is None else args.eps_ls, s.config.pad_id)
+    s.val = evaluate(s.model, s.val_data, loss_fn, s.device, s.precision)
+    print(f"averaged {len(s.paths)} checkpoints: val loss {s.val['loss']:.3f}, val ppl {s.val['ppl']:.2f}", flush=True)
+
+
+def decode_and_score(s: State, args: RunConfig) -> None:
+    """Beam-search every chosen split, write its hypotheses, score them; then the run's checks on itself."""
+    s.out.mkdir(parents=True, exist_ok=True)
+    src_lang, tgt_lang = args.direction.split("-")
+    tokenizer = s.encoded.tokenizer
     if "test2016" in args.splits:
-        reference_check = check_reference_length()
-        print(f"test 2016 German references, lowercased and Moses-tokenised: {reference_check['test2016_de_tokens']} "
-              f"tokens ({'equals' if reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})", flush=True)
-    tick = time.perf_counter()
-    for split in (s for s in SCORED if s in args.splits):
+        s.reference_check = check_reference_length()
+        print(
+            f"test 2016 German references, lowercased and Moses-tokenised: {s.reference_check['test2016_de_tokens']} "
+            f"tokens ({'equals' if s.reference_check['ok'] else 'DIFFERS FROM'} Wu et al.'s {WU_REF_LEN})",
+            flush=True,
+        )
+    for split in (x for x in SCORED if x in args.splits):
         start = time.perf_counter()
         pairs = data.load(split, src_lang, tgt_lang)
-        sources = encoded.ids[split][src_lang]
-        outputs[split] = translate_ids(model, sources, BEAM, ALPHA, args.decode_batch, args.max_output)
-        hyps = [tokenizer.decode(h).replace("\n", " ") for h in outputs[split]]
-        decode_s[split] = time.perf_counter() - start
-        _write_atomic(out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
-        scores[split] = {"file": f"{data.SPLITS[split][0]}.{tgt_lang}", "sentences": len(pairs),
-                         "decode_s": decode_s[split], **score(hyps, [t for _, t in pairs], tgt_lang)}
-        print(f"{split}: {scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
-              f"{scores[split]['tok_lc']['score']:.2f}  ({decode_s[split]:.1f} s)", flush=True)
-    phases["decode_and_score"] = time.perf_counter() - tick
-    checks = run_checks(model, val_data, val, {split: [tokenizer.decode(h) for h in ids]
-                                               for split, ids in outputs.items()})
-    for warning in checks["warnings"]:
+        sources = s.encoded.ids[split][src_lang]
+        s.outputs[split] = translate_ids(s.model, sources, BEAM, ALPHA, args.decode_batch, args.max_output)
+        hyps = [tokenizer.decode(h).replace("\n", " ") for h in s.outputs[split]]
+        decode_s = time.perf_counter() - start
+        _write_atomic(s.out / f"hyp.{split}.txt", "".join(h + "\n" for h in hyps))
+        s.scores[split] = {
+            "file": f"{data.SPLITS[split][0]}.{tgt_lang}",
+            "sentences": len(pairs),
+            "decode_s": decode_s,
+            **score(hyps, [t for _, t in pairs], tgt_lang),
+        }
+        print(
+            f"{split}: {s.scores[split]['sacrebleu']['text']}\n    tokenised, lowercased: "
+            f"{s.scores[split]['tok_lc']['score']:.2f}  ({decode_s:.1f} s)",
+            flush=True,
+        )
+    hypotheses = {split: [tokenizer.decode(h) for h in ids] for split, ids in s.outputs.items()}
+    s.checks = run_checks(s.model, s.val_data, s.val, hypotheses)
+    for warning in s.checks["warnings"]:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
-    tick = time.perf_counter()
+
+def write_outputs(s: State, args: RunConfig) -> None:
+    """The attention maps of three short test sentences (the book's layers only) and the training history."""
+    src_lang, tgt_lang = args.direction.split("-")
     if args.layers == "aiayn":  # PyTorch's layers do not hand out their weights the same way
         test = data.load("test2016", src_lang, tgt_lang)
         chosen = [i for i, p in enumerate(test) if 6 <= len(p[0].split()) <= 9][:3]  # three short sentences
-        src_ids = [encoded.ids["test2016"][src_lang][i] for i in chosen]
-        out_ids = [outputs["test2016"][i] for i in chosen] if "test2016" in outputs else \
-            translate_ids(model, src_ids, BEAM, ALPHA, max_len=args.max_output)
-        examples = [(s, o, test[i][0], tokenizer.decode(o), test[i][1]) for s, o, i in zip(src_ids, out_ids, chosen)]
-        np.savez_compressed(out / "attention.npz", **attention_maps(model, tokenizer, examples))
-    _write_atomic(out / "history.json", json.dumps(history, indent=1) + "\n")
-    phases["write"] = time.perf_counter() - tick
-    phases["total"] = time.perf_counter() - started
+        src_ids = [s.encoded.ids["test2016"][src_lang][i] for i in chosen]
+        out_ids = (
+            [s.outputs["test2016"][i] for i in chosen]
+            if "test2016" in s.outputs
+            else translate_ids(s.model, src_ids, BEAM, ALPHA, max_len=args.max_output)
+        )
+        tokenizer = s.encoded.tokenizer
+        examples = [(x, o, test[i][0], tokenizer.decode(o), test[i][1]) for x, o, i in zip(src_ids, out_ids, chosen)]
+        np.savez_compressed(s.out / "attention.npz", **attention_maps(s.model, tokenizer, examples))
+    _write_atomic(s.out / "history.json", json.dumps(s.history, indent=1) + "\n")
 
+
+def write_metrics(s: State, args: RunConfig, phases: dict) -> dict:
+    """metrics.json, written last: the scores, the checks, the settings and the provenance."""
+    src_lang, tgt_lang = args.direction.split("-")
     provenance_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    trained = None if args.eval_only else (s.last.get("tokens", 0) - s.tokens_before) / phases["train"]
     metrics = {
-        "direction": args.direction, "recipe": args.recipe, "src_lang": src_lang, "tgt_lang": tgt_lang, "layers": args.layers,
-        "bleu": scores, "val": val, "parameters": count_parameters(model), "updates": last["step"],
-        "epochs": last["epoch"], "stopped_by": stopped_by, "processes": size,
-        "train_target_tokens_per_s": None if args.eval_only else (last.get("tokens", 0) - tokens_before) / train_s,
-        "averaged_checkpoints": [p.name for p in paths],
-        "decoding": {"beam_size": BEAM, "alpha": ALPHA, "batch": args.decode_batch,
-                     "max_output": "input length + 50" if args.max_output is None else args.max_output},
-        "reference_check": reference_check, "checks": checks, "warnings": checks["warnings"],
-        "model_config": dataclasses.asdict(config), "train_config": dataclasses.asdict(cfg),
-        "precision": precision,
-        "data": {"bpe_size": args.bpe_size, "max_tokens": args.max_tokens, "pad_multiple": args.pad_multiple,
-                 "limit_train_batches": args.limit_train, "splits": args.splits, "encoded_cache": encoded.path.name},
-        "provenance": {**started_with, "date": provenance_date,
-                       "wall_s": phases, "time_budget_s": args.time_budget},
+        "direction": args.direction,
+        "recipe": args.recipe,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "layers": args.layers,
+        "bleu": s.scores,
+        "val": s.val,
+        "parameters": count_parameters(s.model),
+        "updates": s.last["step"],
+        "epochs": s.last["epoch"],
+        "stopped_by": s.stopped_by,
+        "processes": s.size,
+        "train_target_tokens_per_s": trained,
+        "averaged_checkpoints": [p.name for p in s.paths],
+        "decoding": {
+            "beam_size": BEAM,
+            "alpha": ALPHA,
+            "batch": args.decode_batch,
+            "max_output": "input length + 50" if args.max_output is None else args.max_output,
+        },
+        "reference_check": s.reference_check,
+        "checks": s.checks,
+        "warnings": s.checks["warnings"],
+        "model_config": dataclasses.asdict(s.config),
+        "train_config": dataclasses.asdict(s.cfg),
+        "precision": s.precision,
+        "data": {
+            "bpe_size": args.bpe_size,
+            "max_tokens": args.max_tokens,
+            "pad_multiple": args.pad_multiple,
+            "limit_train_batches": args.limit_train,
+            "splits": args.splits,
+            "encoded_cache": s.encoded.path.name,
+        },
+        "provenance": {**s.started_with, "date": provenance_date, "wall_s": phases, "time_budget_s": args.time_budget},
     }
-    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
-    print(f"wrote {out}/metrics.json; {phases['total']:.0f} s in all"
-          + (f"; {len(checks['warnings'])} WARNING(S) above: this run failed" if checks["warnings"] else ""),
-          flush=True)
+    _write_atomic(s.out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")  # written last
+    print(
+        f"wrote {s.out}/metrics.json; {phases['total']:.0f} s in all"
+        + (f"; {len(s.checks['warnings'])} WARNING(S) above: this run failed" if s.checks["warnings"] else ""),
+        flush=True,
+    )
     return metrics
 
 

@@ -1,9 +1,11 @@
 """Numbers in the book's prose come from the code: myst-nb's ``glue`` stores a value under a name, and the text shows
 it with ``{glue:text}`name:format```. In Colab and plain Jupyter, where myst-nb is not installed, ``glue`` only
 shows the value (when asked to), so every chapter runs there unchanged."""
+
 try:
     from myst_nb import glue
 except ImportError:  # not building the book
+
     def glue(name: str, variable, display: bool = True) -> None:
         """Show ``variable`` (if ``display``); without myst-nb there is no page to insert it into."""
         if display:
@@ -28,9 +30,12 @@ def stored_run(notebook: str) -> dict | None:
     record = nb.get("metadata", {}).get("aiayn", {}).get("executed")
     if record:
         return record
-    times = [datetime.datetime.fromisoformat(t.replace("Z", "+00:00")) for c in nb["cells"]
-             for key in ("iopub.execute_input", "shell.execute_reply")
-             if (t := c.get("metadata", {}).get("execution", {}).get(key))]
+    times = [
+        datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))
+        for c in nb["cells"]
+        for key in ("iopub.execute_input", "shell.execute_reply")
+        if (t := c.get("metadata", {}).get("execution", {}).get(key))
+    ]
     return {"seconds": (max(times) - min(times)).total_seconds(), "device": None} if times else None
 
 
@@ -40,6 +45,7 @@ def setup_page(notebook: str) -> None:
     lines."""
     try:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
+
         set_matplotlib_formats("retina")
     except ImportError:  # not in a Jupyter kernel
         pass

@@ -7,6 +7,7 @@ the target language, not the translation. The signs are cheap to read and each n
 - the source barely helps: validation NLL with the sources of other sentences is hardly worse than with the right ones;
 - the validation perplexity is far above what a converged Multi30k run reaches (under 10).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -29,8 +30,12 @@ def output_spread(hypotheses: list[str]) -> dict:
     if not hypotheses:
         return {"sentences": 0, "distinct": 0.0, "most_common": "", "most_common_share": 0.0}
     text, count = Counter(hypotheses).most_common(1)[0]
-    return {"sentences": len(hypotheses), "distinct": len(set(hypotheses)) / len(hypotheses),
-            "most_common": text, "most_common_share": count / len(hypotheses)}
+    return {
+        "sentences": len(hypotheses),
+        "distinct": len(set(hypotheses)) / len(hypotheses),
+        "most_common": text,
+        "most_common_share": count / len(hypotheses),
+    }
 
 
 @torch.no_grad()
@@ -54,23 +59,32 @@ def source_gain(model, batches, pad_id: int = 0, seed: int = 0) -> dict:
     return {"nll": right, "nll_wrong_source": wrong, "gain": wrong - right}
 
 
-def warnings(spread: dict | None = None, gain: dict | None = None, val_ppl: float | None = None,
-             split: str = "test") -> list[str]:
+def warnings(
+    spread: dict | None = None, gain: dict | None = None, val_ppl: float | None = None, split: str = "test"
+) -> list[str]:
     """The signs of a failed run, each as a sentence that says what was seen and what to try; empty when none."""
     out = []
     if spread and spread["sentences"]:
         if spread["most_common_share"] > MOST_COMMON_MAX:
-            out.append(f"outputs collapsed: {spread['most_common_share']:.0%} of the {split} outputs are the same "
-                       f"sentence ({spread['most_common'][:60]!r}); the model ignores its source. Lower the learning "
-                       f"rate (--factor) or lengthen the warmup, and train again")
+            out.append(
+                f"outputs collapsed: {spread['most_common_share']:.0%} of the {split} outputs are the same "
+                f"sentence ({spread['most_common'][:60]!r}); the model ignores its source. Lower the learning "
+                f"rate (--factor) or lengthen the warmup, and train again"
+            )
         elif spread["distinct"] < DISTINCT_MIN:
-            out.append(f"outputs alike: only {spread['distinct']:.0%} of the {split} outputs are distinct; the model "
-                       f"barely reads its source. Lower the learning rate or train longer")
+            out.append(
+                f"outputs alike: only {spread['distinct']:.0%} of the {split} outputs are distinct; the model "
+                f"barely reads its source. Lower the learning rate or train longer"
+            )
     if gain and gain["gain"] < SOURCE_GAIN_MIN:
-        out.append(f"the source is worth only {gain['gain']:.2f} nats per target token (validation NLL "
-                   f"{gain['nll']:.2f} with the right sources, {gain['nll_wrong_source']:.2f} with another "
-                   f"sentence's); the model ignores its source")
+        out.append(
+            f"the source is worth only {gain['gain']:.2f} nats per target token (validation NLL "
+            f"{gain['nll']:.2f} with the right sources, {gain['nll_wrong_source']:.2f} with another "
+            f"sentence's); the model ignores its source"
+        )
     if val_ppl is not None and val_ppl > VAL_PPL_MAX:
-        out.append(f"validation perplexity {val_ppl:.1f} is far above a converged run's (under 10): the run has "
-                   f"not converged. Train longer, or check the learning rate")
+        out.append(
+            f"validation perplexity {val_ppl:.1f} is far above a converged run's (under 10): the run has "
+            f"not converged. Train longer, or check the learning rate"
+        )
     return out

@@ -14,9 +14,11 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan pack DIR --into OUT           # DIR as tar.gz parts of at most 15 MB (what a GPU call returns)
     python -m aiayn.plan install PARTS_OR_DIR          # a GPU run's results into results/ and pretrained/
 """
+
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -28,31 +30,90 @@ from pathlib import Path
 
 import torch
 
-from aiayn import corpus, variations
+from aiayn import corpus, experiment, launch, variations
 from aiayn.provenance import ROOT
 
 STAGES = ("search", "final", "speed")
-FINAL_RUNS = {"gpu-en-de": ("en-de", "aiayn"), "gpu-de-en": ("de-en", "aiayn"),
-              "gpu-floor-en-de": ("en-de", "torch"), "gpu-floor-de-en": ("de-en", "torch")}
+FINAL_RUNS = {
+    "gpu-en-de": ("en-de", "aiayn"),
+    "gpu-de-en": ("de-en", "aiayn"),
+    "gpu-floor-en-de": ("en-de", "torch"),
+    "gpu-floor-de-en": ("de-en", "torch"),
+}
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
 # Table 3's rows as the GPU stage trains them (results/variations)
-TABLE3 = ["base", "A-h1", "A-h2", "A-h8", "A-h16", "B-d_k16", "C-N2", "C-N6", "C-d_model128", "C-d_model512",
-          "C-d_ff512", "C-d_ff2048", "D-P_drop0", "D-P_drop0.1", "D-eps_ls0", "E-learned"]
+TABLE3 = [
+    "base",
+    "A-h1",
+    "A-h2",
+    "A-h8",
+    "A-h16",
+    "B-d_k16",
+    "C-N2",
+    "C-N6",
+    "C-d_model128",
+    "C-d_model512",
+    "C-d_ff512",
+    "C-d_ff2048",
+    "D-P_drop0",
+    "D-P_drop0.1",
+    "D-eps_ls0",
+    "E-learned",
+]
 
+# the rehearsal's model and run: small enough for a 2-core CPU to run every stage in minutes
+TINY = {
+    "set": ["d_model=32", "N=1", "d_ff=64", "h=2"],
+    "max_tokens": 2000,
+    "limit_train": 3,
+    "max_updates": 6,
+    "warmup": 10,
+}
 PROFILES = {
     "gpu": {
         "bpe_size": 8000,
-        "scaling": {"concurrency": [8], "budget": 45, "args": []},
-        "variations": {"rows": TABLE3, "parallel": 8, "budget": 250, "total": 530,
-                       "args": ["--max-tokens", "4096", "--warmup", "1000", "--factor", "0.5"]},
-        "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "args": ["--recipe", "gpu"]},
+        "scaling": {"concurrency": [8], "budget": 45, "settings": {}},
+        "variations": {
+            "rows": TABLE3,
+            "parallel": 8,
+            "budget": 250,
+            "total": 530,
+            "settings": {"max_tokens": 4096, "warmup": 1000, "factor": 0.5},
+        },
+        "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
         "speed": [
             ["benchmarks/train_throughput.py", "--out", "{out}/bench_train.json"],
-            ["benchmarks/train_throughput.py", "--compile", "--compile-reference", "--out", "{out}/bench_train_compiled.json"],
-            ["benchmarks/train_throughput.py", "--preset", "multi30k", "--batch", "320", "--length", "24",
-             "--out", "{out}/bench_train_multi30k.json"],
-            ["benchmarks/train_throughput.py", "--preset", "multi30k", "--batch", "320", "--length", "24",
-             "--precision", "fp16", "--out", "{out}/bench_train_multi30k_fp16.json"],
+            [
+                "benchmarks/train_throughput.py",
+                "--compile",
+                "--compile-reference",
+                "--out",
+                "{out}/bench_train_compiled.json",
+            ],
+            [
+                "benchmarks/train_throughput.py",
+                "--preset",
+                "multi30k",
+                "--batch",
+                "320",
+                "--length",
+                "24",
+                "--out",
+                "{out}/bench_train_multi30k.json",
+            ],
+            [
+                "benchmarks/train_throughput.py",
+                "--preset",
+                "multi30k",
+                "--batch",
+                "320",
+                "--length",
+                "24",
+                "--precision",
+                "fp16",
+                "--out",
+                "{out}/bench_train_multi30k_fp16.json",
+            ],
             ["benchmarks/layers.py", "--out", "{out}/layers_gpu.json"],
             ["benchmarks/epoch_cost.py", "--out", "{out}/bench_epoch.json"],
             ["benchmarks/compile_check.py", "--out", "{out}/bench_compile.json"],
@@ -61,26 +122,51 @@ PROFILES = {
     },
     "tiny": {  # the rehearsal: the same stages with a model and budgets that a 2-core CPU runs in minutes
         "bpe_size": 1000,
-        "scaling": {"concurrency": [1, 2], "budget": 30,
-                    "args": ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000",
-                             "--limit-train", "3", "--max-updates", "6", "--warmup", "10"]},
-        "variations": {"rows": ["base", "A-h1", "R-factor1"], "parallel": "auto", "budget": 60, "total": 240,
-                       "args": ["--base-set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000",
-                                "--limit-train", "3", "--max-updates", "6", "--warmup", "10", "--max-output", "6",
-                                "--eval-reserve", "40"]},
-        "final": {"parallel": 2, "budget": 120, "seeds": [],
-                  "args": ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--max-tokens", "2000", "--limit-train", "3",
-                           "--max-updates", "6", "--warmup", "10", "--average-last", "2", "--max-output", "6",
-                           "--decode-batch", "256", "--eval-reserve", "100"]},
+        "scaling": {
+            "concurrency": [1, 2],
+            "budget": 30,
+            "settings": TINY,
+        },
+        "variations": {
+            "rows": ["base", "A-h1", "R-factor1"],
+            "parallel": "auto",
+            "budget": 60,
+            "total": 240,
+            "settings": {
+                "base_set": TINY["set"],
+                **{k: v for k, v in TINY.items() if k != "set"},
+                "max_output": 6,
+                "eval_reserve": 40,
+            },
+        },
+        "final": {
+            "parallel": 2,
+            "budget": 120,
+            "seeds": [],
+            "settings": {**TINY, "average_last": 2, "max_output": 6, "decode_batch": 256, "eval_reserve": 100},
+        },
         "speed": [
             ["benchmarks/train_throughput.py", "--quick", "--out", "{out}/bench_train.json"],
-            ["benchmarks/train_throughput.py", "--quick", "--precision", "fp16", "--out",
-             "{out}/bench_train_multi30k_fp16.json"],
+            [
+                "benchmarks/train_throughput.py",
+                "--quick",
+                "--precision",
+                "fp16",
+                "--out",
+                "{out}/bench_train_multi30k_fp16.json",
+            ],
             ["benchmarks/layers.py", "--quick", "--out", "{out}/layers_gpu.json"],
             ["benchmarks/epoch_cost.py", "--quick", "--bpe-size", "1000", "--out", "{out}/bench_epoch.json"],
         ],
-        "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--limit", "16", "--out",
-                   "{out}/bench_decode.json"],
+        "decode": [
+            "benchmarks/decode_throughput.py",
+            "--ckpt-dir",
+            "{ckpt}",
+            "--limit",
+            "16",
+            "--out",
+            "{out}/bench_decode.json",
+        ],
     },
 }
 
@@ -94,29 +180,24 @@ def _python(args: list[str], log: Path, env: dict | None = None) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as handle:
-        code = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                              env={**os.environ, **(env or {})}).returncode
-    print(f"{'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - start:.0f} s: python "
-          f"{' '.join(args)}  [{log}]", flush=True)
+        code = subprocess.run(
+            [sys.executable, *args],
+            cwd=ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        ).returncode
+    print(
+        f"{'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - start:.0f} s: python "
+        f"{' '.join(args)}  [{log}]",
+        flush=True,
+    )
     return code
 
 
-def _experiments(runs: dict[str, list[str]], out: Path, parallel: int) -> dict[str, int]:
+def _experiments(runs: dict[str, list[str]], out: Path, parallel: int) -> dict[str, int | None]:
     """Several `python -m aiayn.experiment` runs, `parallel` at a time, each with its own log; name -> exit code."""
-    queue, running, codes = list(runs.items()), {}, {}
-    concurrent = min(parallel, len(runs))
-    while queue or running:
-        while queue and len(running) < parallel:
-            name, argv = queue.pop(0)
-            running[name] = (variations._launch(argv, out / f"{name}.log", concurrent), time.perf_counter())
-        time.sleep(0.2)
-        for name, (process, start) in list(running.items()):
-            if process.poll() is not None:
-                codes[name] = process.returncode
-                del running[name]
-                print(f"{'ok' if process.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f} s: "
-                      f"{name} [{out / f'{name}.log'}]", flush=True)
-    return codes
+    return launch.run_all([launch.Job(name, argv, out / f"{name}.log") for name, argv in runs.items()], parallel)
 
 
 def scaling(profile: dict, out: Path, scratch: Path) -> dict:
@@ -124,10 +205,23 @@ def scaling(profile: dict, out: Path, scratch: Path) -> dict:
     p = profile["scaling"]
     report = {"budget_s": p["budget"], "results": []}
     for k in p["concurrency"]:
-        runs = {f"k{k}-{i}": ["--direction", "en-de", "--out", str(out / "scaling" / f"k{k}-{i}"),
-                              "--ckpt-dir", str(scratch / "scaling" / f"k{k}-{i}"), "--bpe-size", str(profile["bpe_size"]),
-                              "--time-budget", str(p["budget"]), "--eval-reserve", "10", "--splits", "--epochs", "1000",
-                              "--seed", str(i), *p["args"]] for i in range(k)}
+        runs = {
+            f"k{k}-{i}": experiment.to_argv(
+                experiment.RunConfig(
+                    direction="en-de",
+                    out=str(out / "scaling" / f"k{k}-{i}"),
+                    ckpt_dir=str(scratch / "scaling" / f"k{k}-{i}"),
+                    bpe_size=profile["bpe_size"],
+                    time_budget=p["budget"],
+                    eval_reserve=10.0,
+                    splits=[],
+                    epochs=1000,
+                    seed=i,
+                    **p["settings"],
+                )
+            )
+            for i in range(k)
+        }
         codes = _experiments(runs, out / "scaling", k)
         rates = []
         for name in runs:
@@ -162,13 +256,27 @@ def search(profile: dict, out: Path, scratch: Path, started: float) -> dict:
     if p["budget"] == "fit":  # what is left of the stage's time, shared out among the waves
         budget = int((p["total"] - (time.perf_counter() - started)) // waves)
         if budget < 60:
-            raise PlanError(f"only {budget} s per run are left for {waves} waves of {parallel} runs; give the stage "
-                            f"more time or fewer rows")
+            raise PlanError(
+                f"only {budget} s per run are left for {waves} waves of {parallel} runs; give the stage "
+                f"more time or fewer rows"
+            )
     else:
         budget = p["budget"]
-    argv = ["--rows", *p["rows"], "--parallel", str(parallel), "--budget", str(budget), "--max-total",
-            str(waves * budget), "--out", str(out / "variations"), "--ckpt-root", str(scratch / "variations"),
-            "--bpe-size", str(profile["bpe_size"]), *p["args"]]
+    argv = [
+        "--rows",
+        *p["rows"],
+        "--parallel",
+        str(parallel),
+        "--budget",
+        str(budget),
+        "--max-total",
+        str(waves * budget),
+        "--out",
+        str(out / "variations"),
+        "--ckpt-root",
+        str(scratch / "variations"),
+        *_flags({"bpe_size": profile["bpe_size"], **p["settings"]}),
+    ]
     code = variations.main(argv)
     summary = json.loads((out / "variations" / "summary.json").read_text())
     recipe = {**variations.best_row(summary), "parallel": parallel, "budget_s": budget, "variations_exit": code}
@@ -177,27 +285,27 @@ def search(profile: dict, out: Path, scratch: Path, started: float) -> dict:
     return recipe
 
 
-def recipe_argv(recipe: dict | None, profile_args: list[str]) -> list[str]:
-    """The final runs' options: the profile's, then the chosen row's model changes and experiment options."""
-    argv = list(profile_args)
-    if not recipe:
-        return argv
-    changes = [f"{k}={v}" for k, v in recipe["changes"].items()]
-    if changes:
-        if "--set" in argv:  # join the profile's --set values and the row's (the row wins)
-            i = argv.index("--set")
-            j = next((k for k in range(i + 1, len(argv)) if argv[k].startswith("--")), len(argv))
-            mine = {c.split("=")[0] for c in changes}
-            argv[i + 1:j] = [c for c in argv[i + 1:j] if c.split("=")[0] not in mine] + changes
-        else:
-            argv += ["--set", *changes]
-    for key, value in recipe["options"].items():
-        flag = f"--{key.replace('_', '-')}"
-        if flag in argv:
-            argv[argv.index(flag) + 1] = str(value)
-        else:
-            argv += [flag, str(value)]
+def _flags(settings: dict) -> list[str]:
+    """A command line from settings: --name value (a list gives several values)."""
+    argv = []
+    for name, value in settings.items():
+        argv += [f"--{name.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])]
     return argv
+
+
+def recipe_config(recipe: dict | None, settings: dict) -> experiment.RunConfig:
+    """The final runs' settings (direction and folders still to be given): the profile's, then the chosen row's
+    model changes and experiment options."""
+    config = experiment.recipe_config(settings.get("recipe"))
+    given = {k: v for k, v in settings.items() if k != "set"}
+    config = dataclasses.replace(config, direction="en-de", out="", **given)
+    changes = dict(pair.partition("=")[::2] for pair in settings.get("set", []))
+    if recipe:
+        changes.update({k: str(v) for k, v in recipe["changes"].items()})
+        config = dataclasses.replace(config, **recipe["options"])
+    mine = set(changes)
+    config.set = [p for p in config.set if p.partition("=")[0] not in mine] + [f"{k}={v}" for k, v in changes.items()]
+    return config
 
 
 def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> dict[str, int]:
@@ -207,16 +315,30 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
 
     recipe = json.loads(Path(recipe_path).read_text()) if recipe_path else None
     p = profile["final"]
-    common = recipe_argv(recipe, ["--bpe-size", str(profile["bpe_size"]), *p["args"]])
-    bpe = int(common[common.index("--bpe-size") + 1])
-    corpus.encoded(bpe)
-    specs = {name: (direction, layers, []) for name, (direction, layers) in FINAL_RUNS.items()}
-    specs.update({f"{SEEDS}/{direction}-seed{seed}": (direction, "aiayn",
-                                                      ["--seed", str(seed), "--splits", "val", "test2016"])
-                  for seed in p["seeds"] for direction in ("en-de", "de-en")})
-    runs = {name: ["--direction", direction, "--layers", layers, *extra, "--out", str(out / name), "--ckpt-dir",
-                   str(scratch / name), "--time-budget", str(p["budget"]), *common]
-            for name, (direction, layers, extra) in specs.items()}
+    common = recipe_config(recipe, {"bpe_size": profile["bpe_size"], **p["settings"]})
+    corpus.encoded(common.bpe_size)
+    specs = {name: (direction, layers, {}) for name, (direction, layers) in FINAL_RUNS.items()}
+    specs.update(
+        {
+            f"{SEEDS}/{direction}-seed{seed}": (direction, "aiayn", {"seed": seed, "splits": ["val", "test2016"]})
+            for seed in p["seeds"]
+            for direction in ("en-de", "de-en")
+        }
+    )
+    runs = {
+        name: experiment.to_argv(
+            dataclasses.replace(
+                common,
+                direction=direction,
+                layers=layers,
+                out=str(out / name),
+                ckpt_dir=str(scratch / name),
+                time_budget=float(p["budget"]),
+                **extra,
+            )
+        )
+        for name, (direction, layers, extra) in specs.items()
+    }
     for name in runs:
         shutil.rmtree(scratch / name, ignore_errors=True)
     codes = _experiments(runs, out / "logs", p["parallel"])
@@ -226,9 +348,14 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
     for name in ("gpu-en-de", "gpu-de-en"):
         if codes.get(name) == 0:
             # a tiny rehearsal never converges: its models are exported to rehearse the plumbing
-            entry = pretrained.export(name, scratch / name, out / name, folder=out / "pretrained",
-                                      registry_path=out / "pretrained" / "pretrained.json",
-                                      allow_failed=profile is PROFILES["tiny"])
+            entry = pretrained.export(
+                name,
+                scratch / name,
+                out / name,
+                folder=out / "pretrained",
+                registry_path=out / "pretrained" / "pretrained.json",
+                allow_failed=profile is PROFILES["tiny"],
+            )
             print(f"model file {name}: {entry['bytes'] / 1e6:.1f} MB", flush=True)
     if recipe:
         (out / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n", encoding="utf-8")
@@ -251,8 +378,11 @@ def speed(profile: dict, out: Path, budget_s: float = SPEED_BUDGET_S) -> dict[st
         if report.is_file():
             print(f"done before: {report}", flush=True)
         elif time.perf_counter() - started > budget_s:
-            print(f"not started ({budget_s:.0f} s of the stage used): python {' '.join(argv)}; call the stage "
-                  f"again with the same --out to run it", flush=True)
+            print(
+                f"not started ({budget_s:.0f} s of the stage used): python {' '.join(argv)}; call the stage "
+                f"again with the same --out to run it",
+                flush=True,
+            )
             codes[name] = 3
         else:
             codes[name] = _python(argv, out / "logs" / f"speed{i}.log")
@@ -295,13 +425,17 @@ def show(profile_name: str) -> str:
     profile = PROFILES[profile_name]
     lines = [f"profile {profile_name}: joint BPE {profile['bpe_size']}"]
     s, v, f = profile["scaling"], profile["variations"], profile["final"]
-    lines.append(f"search: {', '.join(map(str, s['concurrency']))} training runs at once for {s['budget']} s each; "
-                 f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
-                 f"then recipe.json, the row with the best val BLEU")
+    lines.append(
+        f"search: {', '.join(map(str, s['concurrency']))} training runs at once for {s['budget']} s each; "
+        f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
+        f"then recipe.json, the row with the best val BLEU"
+    )
     seeds = f", and seeds {', '.join(map(str, f['seeds']))} of both directions" if f["seeds"] else ""
-    lines.append(f"final: {', '.join(FINAL_RUNS)}{seeds}, {f['parallel']} at once, --time-budget {f['budget']} "
-                 f"{' '.join(f['args'])} (or with --recipe FILE, a row of the search's recipe.json); then the "
-                 f"decoding benchmark and the model files")
+    lines.append(
+        f"final: {', '.join(FINAL_RUNS)}{seeds}, {f['parallel']} at once, --time-budget {f['budget']} "
+        f"{' '.join(_flags(f['settings']))} (or with --recipe FILE, a row of the search's recipe.json); then the "
+        f"decoding benchmark and the model files"
+    )
     lines += ["speed: python " + " ".join(cmd) for cmd in profile["speed"]]
     return "\n".join(lines)
 
@@ -317,12 +451,16 @@ def pack(folder: Path, into: Path, part_bytes: int = 15 * 2**20) -> list[Path]:
     parts = []
     for i in range(0, max(len(payload), 1), part_bytes):
         parts.append(into / f"{folder.name}.tar.gz.part{i // part_bytes:02d}")
-        parts[-1].write_bytes(payload[i:i + part_bytes])
+        parts[-1].write_bytes(payload[i : i + part_bytes])
     return parts
 
 
-def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT / "pretrained",
-            registry_path: Path | None = None) -> list[str]:
+def install(
+    source: Path,
+    results: Path = ROOT / "results",
+    models: Path = ROOT / "pretrained",
+    registry_path: Path | None = None,
+) -> list[str]:
     """Copy a GPU stage's output (a folder, or the parts `pack` wrote) into results/ and pretrained/."""
     import tempfile
 
@@ -341,8 +479,10 @@ def install(source: Path, results: Path = ROOT / "results", models: Path = ROOT 
             source = next(p for p in Path(tmp).iterdir() if p.is_dir())
         devices = {json.loads(m.read_text())["provenance"]["device"] for m in source.rglob("metrics.json")}
         if any(d == "cpu" or d.startswith("CPU") for d in devices):
-            raise PlanError(f"{source} holds CPU runs (a rehearsal?); install copies a GPU stage's runs, while a CPU "
-                            f"run is written into results/ by its own experiment command")
+            raise PlanError(
+                f"{source} holds CPU runs (a rehearsal?); install copies a GPU stage's runs, while a CPU "
+                f"run is written into results/ by its own experiment command"
+            )
         copied = []
         for item in sorted(source.iterdir()):
             if item.name == "pretrained":
@@ -382,7 +522,9 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
         failed = [name for name, code in speed(profile, out).items() if code]
     else:
         raise PlanError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-    print(f"stage {stage}: {time.perf_counter() - started:.0f} s" + (f"; failed: {failed}" if failed else ""), flush=True)
+    print(
+        f"stage {stage}: {time.perf_counter() - started:.0f} s" + (f"; failed: {failed}" if failed else ""), flush=True
+    )
     return 1 if failed else 0
 
 

@@ -13,6 +13,7 @@ is in neither (as in Colab). Every file is checked against its SHA256 before it 
     python -m aiayn.pretrained list
     python -m aiayn.pretrained export --name en-de --ckpt-dir checkpoints/experiment/en-de --results results/en-de
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,13 @@ from aiayn.model import TransformerConfig
 from aiayn.tokenization import Tokenizer
 
 from aiayn import ROOT
+
 REGISTRY = Path(os.environ.get("AIAYN_PRETRAINED_REGISTRY") or Path(__file__).with_name("pretrained.json"))
 FOLDER = ROOT / "pretrained"  # where a checkout keeps the files
-URLS = ("https://raw.githubusercontent.com/aiayn-book/aiayn/main/pretrained/{file}",
-        "https://github.com/aiayn-book/aiayn/raw/main/pretrained/{file}")
+URLS = (
+    "https://raw.githubusercontent.com/aiayn-book/aiayn/main/pretrained/{file}",
+    "https://github.com/aiayn-book/aiayn/raw/main/pretrained/{file}",
+)
 FORMAT = "aiayn-pretrained-1"
 
 
@@ -55,23 +59,34 @@ def registry(path: Path = REGISTRY) -> dict:
 def _download(file: str, sha256: str, dest: Path, urls, retries: int, timeout: float) -> Path:
     errors = data.download([template.format(file=file) for template in urls], sha256, dest, retries, timeout)
     if errors:
-        raise PretrainedError(f"could not download the model file {file}:\n  " + "\n  ".join(errors) + "\n"
-                              f"Without network access: download it on another machine from "
-                              f"{urls[0].format(file=file)} and copy it to {dest} (or set AIAYN_PRETRAINED to the "
-                              f"folder that holds it)")
+        raise PretrainedError(
+            f"could not download the model file {file}:\n  " + "\n  ".join(errors) + "\n"
+            f"Without network access: download it on another machine from "
+            f"{urls[0].format(file=file)} and copy it to {dest} (or set AIAYN_PRETRAINED to the "
+            f"folder that holds it)"
+        )
     return dest
 
 
-def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cache: Path | None = None,
-           urls=URLS, retries: int = 3, timeout: float = 60.0) -> Path:
+def locate(
+    name: str,
+    registry_path: Path = REGISTRY,
+    folder: Path = FOLDER,
+    cache: Path | None = None,
+    urls=URLS,
+    retries: int = 3,
+    timeout: float = 60.0,
+) -> Path:
     """The verified file of a shipped model: from the checkout, the cache, or downloaded into the cache."""
     known = registry(registry_path)
     if name not in known:
         if not known:
-            raise PretrainedError(f"no trained model is shipped with this version of the book, so {name!r} cannot be "
-                                  f"loaded. Train one with `python -m aiayn.experiment --recipe cpu --direction {name} --out "
-                                  f"DIR` (about half an hour on 2 CPU cores) and load it with "
-                                  f"pretrained.load_file(ckpt_dir / 'averaged.pt')")
+            raise PretrainedError(
+                f"no trained model is shipped with this version of the book, so {name!r} cannot be "
+                f"loaded. Train one with `python -m aiayn.experiment --recipe cpu --direction {name} --out "
+                f"DIR` (about half an hour on 2 CPU cores) and load it with "
+                f"pretrained.load_file(ckpt_dir / 'averaged.pt')"
+            )
         raise PretrainedError(f"unknown model {name!r}; the shipped ones are {', '.join(sorted(known))}")
     entry = known[name]
     cache = Path(cache or cache_dir())
@@ -79,8 +94,10 @@ def locate(name: str, registry_path: Path = REGISTRY, folder: Path = FOLDER, cac
         if candidate.is_file():
             if data.sha256(candidate) == entry["sha256"]:
                 return candidate
-            print(f"{candidate} does not match its SHA256 (an interrupted download, or an older file); "
-                  f"fetching it again", file=sys.stderr)
+            print(
+                f"{candidate} does not match its SHA256 (an interrupted download, or an older file); fetching it again",
+                file=sys.stderr,
+            )
     return _download(entry["file"], entry["sha256"], cache / entry["file"], urls, retries, timeout)
 
 
@@ -121,8 +138,9 @@ def load_file(path, device="cpu") -> Pretrained:
     except FileNotFoundError:
         raise PretrainedError(f"no model file at {path}") from None
     except Exception as err:  # noqa: BLE001  a truncated or foreign file
-        raise PretrainedError(f"{path} is not a readable model file ({type(err).__name__}); delete it and load or "
-                              f"export it again") from None
+        raise PretrainedError(
+            f"{path} is not a readable model file ({type(err).__name__}); delete it and load or export it again"
+        ) from None
     if content.get("format") == FORMAT:
         t = json.loads(content["tokenizer"])
         tokenizer = Tokenizer(t["vocab"], t["merges"], t["langs"])
@@ -141,8 +159,9 @@ def load(name: str, device="cpu", **where) -> Pretrained:
     return load_file(locate(name, **where), device)
 
 
-def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: Path = REGISTRY,
-           allow_failed: bool = False) -> dict:
+def export(
+    name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: Path = REGISTRY, allow_failed: bool = False
+) -> dict:
     """Write a run's averaged model as folder/<name>.pt (fp16) and list it with its SHA256 in the registry.
 
     A run with warnings (aiayn.health) is refused unless ``allow_failed`` (a rehearsal of the plumbing with tiny
@@ -153,17 +172,37 @@ def export(name: str, ckpt_dir, results, folder: Path = FOLDER, registry_path: P
     if metrics.get("warnings") and not allow_failed:
         raise PretrainedError(f"{results} is a failed run, not shipped: " + "; ".join(metrics["warnings"]))
     tokenizer = Tokenizer.load(ckpt_dir / "tokenizer.json")
-    summary = {"direction": metrics["direction"], "layers": metrics.get("layers", "aiayn"),
-               "parameters": metrics["parameters"], "updates": metrics["updates"],
-               "bleu": {split: {"sacrebleu": s["sacrebleu"]["score"], "tok_lc": s["tok_lc"]["score"]}
-                        for split, s in metrics["bleu"].items()},
-               "provenance": metrics["provenance"]}
+    summary = {
+        "direction": metrics["direction"],
+        "layers": metrics.get("layers", "aiayn"),
+        "parameters": metrics["parameters"],
+        "updates": metrics["updates"],
+        "bleu": {
+            split: {"sacrebleu": s["sacrebleu"]["score"], "tok_lc": s["tok_lc"]["score"]}
+            for split, s in metrics["bleu"].items()
+        },
+        "provenance": metrics["provenance"],
+    }
     buffer = io.BytesIO()
-    torch.save({"format": FORMAT, "model_config": averaged["model_config"], "layers": summary["layers"],
-                "model": _half_shared(averaged["model"]),
-                "tokenizer": json.dumps({"vocab": tokenizer.vocab, "merges": [list(m) for m in tokenizer.merges],
-                                         "langs": list(tokenizer.langs)}, ensure_ascii=False),
-                "direction": summary["direction"], "metrics": summary}, buffer)
+    torch.save(
+        {
+            "format": FORMAT,
+            "model_config": averaged["model_config"],
+            "layers": summary["layers"],
+            "model": _half_shared(averaged["model"]),
+            "tokenizer": json.dumps(
+                {
+                    "vocab": tokenizer.vocab,
+                    "merges": [list(m) for m in tokenizer.merges],
+                    "langs": list(tokenizer.langs),
+                },
+                ensure_ascii=False,
+            ),
+            "direction": summary["direction"],
+            "metrics": summary,
+        },
+        buffer,
+    )
     path = Path(folder) / f"{name}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buffer.getvalue())
@@ -206,8 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     known = registry()
     for name, entry in sorted(known.items()):
         test = entry["bleu"].get("test2016", {})
-        print(f"{name}: {entry['file']} ({entry['bytes'] / 1e6:.1f} MB), {entry['parameters'] / 1e6:.1f}M parameters, "
-              f"test 2016 sacreBLEU {test.get('sacrebleu', float('nan')):.2f}, on {entry['provenance']['device']}")
+        print(
+            f"{name}: {entry['file']} ({entry['bytes'] / 1e6:.1f} MB), {entry['parameters'] / 1e6:.1f}M parameters, "
+            f"test 2016 sacreBLEU {test.get('sacrebleu', float('nan')):.2f}, on {entry['provenance']['device']}"
+        )
     if not known:
         print("no trained model is shipped with this version of the book")
     return 0

@@ -351,6 +351,54 @@ def evaluate(
 
 
 # book/10_training.ipynb: The loop
+def train(
+    model: nn.Module,
+    train_batches: Batches,
+    val_batches: Batches | None = None,
+    cfg: TrainConfig | None = None,
+    resume: bool | str | Path = False,
+) -> dict:
+    """Train in place (§5.2–5.4) on (src, tgt_in, tgt_out) batches. Returns
+    the run's history, and in it ``stopped_by``: the setting that ended the
+    run ("epochs", "max_updates", "max_seconds" or "patience").
+
+    resume=True continues from the newest checkpoint in cfg.ckpt_dir (if
+    any); a path continues from that file.
+    """
+    cfg = cfg or TrainConfig()
+    run = Run(model, cfg, resume)  # optimizer, schedule, loss, checkpoint
+    while not run.stopped_by:
+        micro, updates = run.epoch(train_batches)
+        for i in updates:  # one update per `accum` micro-batches
+            group = micro[i : i + cfg.accum]
+            tokens = run.target_tokens(group)  # of the whole update
+            total = torch.zeros((), device=run.device)
+            for j, batch in enumerate(group):
+                src, tgt_in, tgt_out = (t.to(run.device, non_blocking=True)
+                                        for t in batch)
+                with run.sync(last=j == len(group) - 1):
+                    with run.autocast():
+                        logits = run.net(src, tgt_in)  # (batch, T, vocab)
+                    loss = run.loss_fn(logits, tgt_out)  # §5.4, summed
+                    # per target token of the update (DDP averages over
+                    # processes; `* size` undoes that)
+                    run.scaler.scale(loss * run.size / tokens).backward()
+                total += loss.detach()
+            if cfg.clip_norm:
+                run.scaler.unscale_(run.optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            lr = run.scheduler.get_last_lr()[0]
+            run.scaler.step(run.optimizer)  # skipped if a grad is not finite
+            run.scaler.update()
+            run.scheduler.step()  # §5.3: once per optimizer update
+            run.optimizer.zero_grad(set_to_none=True)
+            if run.updated(total, tokens, lr, next_batch=i + len(group)):
+                break  # a limit ends the run
+        run.end_epoch(val_batches)  # validation, early stopping, checkpoint
+    return {**run.history, "stopped_by": run.stopped_by}
+
+
+# book/10_training.ipynb: The loop
 def _finite(model: nn.Module) -> bool:
     finite = [p.detach().isfinite().all() for p in model.parameters()]
     return bool(torch.stack(finite).all())
@@ -417,209 +465,217 @@ def _eta(left: float) -> str:
             f"{max(left, 0):.0f} s left")
 
 
-def train(
-    model: nn.Module,
-    train_batches: Batches,
-    val_batches: Batches | None = None,
-    cfg: TrainConfig | None = None,
-    resume: bool | str | Path = False,
-) -> dict:
-    """Train in place (§5.2–5.4). Batches are (src, tgt_in, tgt_out)
-    tensors; returns the run's history.
+class Run:
+    """One training run: the optimizer, schedule, loss and gradient scaler;
+    the progress a checkpoint stores; the losses not yet read back from the
+    device; the clock; and ``stopped_by``, the setting that ended the run
+    ("epochs", "max_updates", "max_seconds" or "patience"; None while it
+    goes on)."""
 
-    resume=True continues from the newest checkpoint in cfg.ckpt_dir (if
-    any); a path continues from that file.
-    """
-    cfg = cfg or TrainConfig()
-    if resume is True and not cfg.ckpt_dir:
-        raise ValueError(
-            "resume=True continues from the newest checkpoint in "
-            "cfg.ckpt_dir, but cfg.ckpt_dir is not set: set it to the run's "
-            "checkpoint folder, or pass a checkpoint's path as resume="
-        )
-    rank, size = world()
-    device = next(model.parameters()).device
-    precision = choose_precision(device, cfg.precision)
-    c = model.config
-    eps_ls = c.eps_ls if cfg.eps_ls is None else cfg.eps_ls
-    loss_fn = LabelSmoothingLoss(eps_ls, c.pad_id)
-    optimizer, scheduler = make_optimizer(  # fused: one kernel, no waiting
-        model, c.d_model, cfg.warmup, cfg.factor,
-        fused=device.type in ("cpu", "cuda") or None,
-    )
-    scaler = make_scaler(precision, device)
-    random.seed(cfg.seed + rank)
-    torch.manual_seed(cfg.seed + rank)  # ranks draw different dropout masks
-    progress = {
-        "epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf,
-        "bad_epochs": 0, "early_stopped": False,
-        "history": {"step": [], "loss": [], "lr": [], "epoch": [],
-                    "val_loss": [], "val_ppl": []},
-    }
-    if resume:
-        if isinstance(resume, bool):
-            path = (checkpoints(cfg.ckpt_dir) or [None])[-1]
-        else:
-            path = Path(resume)
-        if path is not None:
-            ckpt = read_checkpoint(path, c)
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            scheduler.load_state_dict(ckpt["scheduler"])
-            scaler.load_state_dict(ckpt["scaler"])
-            rngs = ckpt["rng"]
-            set_rng_state(rngs[rank] if len(rngs) == size else rngs[0])
-            progress = ckpt["progress"]
-    history = progress["history"]
-    ddp = nn.parallel.DistributedDataParallel(model) if size > 1 else model
-    net = torch.compile(ddp) if cfg.compile else ddp
-    # losses of updates not yet read back; the last update checked
-    pending, checked = [], progress["step"]
+    def __init__(self, model: nn.Module, cfg: TrainConfig,
+                 resume: bool | str | Path = False):
+        if resume is True and not cfg.ckpt_dir:
+            raise ValueError(
+                "resume=True continues from the newest checkpoint in "
+                "cfg.ckpt_dir, but cfg.ckpt_dir is not set: set it to the "
+                "run's checkpoint folder, or pass a checkpoint's path as "
+                "resume=")
+        self.model, self.cfg = model, cfg
+        self.rank, self.size = world()
+        self.device = next(model.parameters()).device
+        self.precision = choose_precision(self.device, cfg.precision)
+        c = model.config
+        eps_ls = c.eps_ls if cfg.eps_ls is None else cfg.eps_ls
+        self.loss_fn = LabelSmoothingLoss(eps_ls, c.pad_id)
+        self.optimizer, self.scheduler = make_optimizer(  # fused: one kernel
+            model, c.d_model, cfg.warmup, cfg.factor,
+            fused=self.device.type in ("cpu", "cuda") or None)
+        self.scaler = make_scaler(self.precision, self.device)
+        random.seed(cfg.seed + self.rank)
+        torch.manual_seed(cfg.seed + self.rank)  # ranks draw different masks
+        self.progress = {
+            "epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf,
+            "bad_epochs": 0, "early_stopped": False,
+            "history": {"step": [], "loss": [], "lr": [], "epoch": [],
+                        "val_loss": [], "val_ppl": []},
+        }
+        if resume:
+            self.restore(resume)
+        self.history = self.progress["history"]
+        self.ddp = (nn.parallel.DistributedDataParallel(model)
+                    if self.size > 1 else model)
+        # the model that steps: wrapped for several processes, compiled
+        self.net = torch.compile(self.ddp) if cfg.compile else self.ddp
+        # losses of updates not yet read back; the last update checked
+        self.pending, self.checked = [], self.progress["step"]
+        self.started = time.perf_counter()
+        p = self.progress
+        self.stopped_by = ("patience" if p["early_stopped"] else
+                           "epochs" if p["epoch"] >= cfg.epochs else
+                           self.limit())
+        if (resume and self.stopped_by in ("patience", "epochs", "max_updates")
+                and cfg.log and self.rank == 0):
+            print(f"the run is finished ({p['step']} updates, {p['epoch']} "
+                  "epochs): nothing to train")
 
-    def read() -> None:
-        """The loop's one wait for the device: fetch the pending losses and
-        check that no update was skipped."""
-        nonlocal checked
-        if pending:
-            history["loss"].extend(torch.stack(pending).tolist())
-            pending.clear()
-        if scaler.get_scale() < 1.0:
-            raise _nonfinite(checked, progress["step"], progress["epoch"],
-                             cfg.ckpt_dir)
-        checked = progress["step"]
+    def restore(self, resume: bool | str | Path) -> None:
+        """Weights, optimizer, schedule, scaler, random states and progress
+        from the newest checkpoint in cfg.ckpt_dir, or from a file."""
+        path = ((checkpoints(self.cfg.ckpt_dir) or [None])[-1]
+                if isinstance(resume, bool) else Path(resume))
+        if path is None:
+            return
+        ckpt = read_checkpoint(path, self.model.config)
+        self.model.load_state_dict(ckpt["model"])
+        for name in ("optimizer", "scheduler", "scaler"):
+            getattr(self, name).load_state_dict(ckpt[name])
+        rngs = ckpt["rng"]
+        set_rng_state(rngs[self.rank] if len(rngs) == self.size else rngs[0])
+        self.progress = ckpt["progress"]
 
-    def save() -> None:
-        read()  # never checkpoint after a skipped update
-        if cfg.ckpt_dir:
-            _save(cfg.ckpt_dir, model, optimizer, scheduler, scaler,
-                  progress, cfg)
+    def epoch(self, train_batches: Batches) -> tuple[list, Iterable[int]]:
+        """This process's micro-batches of the epoch, and the index of each
+        update's first micro-batch (from where an interrupted epoch
+        stopped), with a progress bar."""
+        p = self.progress
+        micro = _epoch_batches(train_batches, p["epoch"], self.rank,
+                               self.size)
+        self.model.train()
+        self.t0, self.seen = time.perf_counter(), 0
+        self.bar = tqdm(range(p["batch"], len(micro), self.cfg.accum),
+                        desc=f"epoch {p['epoch'] + 1}", mininterval=1.0,
+                        disable=not self.cfg.progress or self.rank > 0,
+                        file=sys.stdout)
+        return micro, self.bar
 
-    started = time.perf_counter()
+    def target_tokens(self, group: list) -> float:
+        """The target tokens of one update, over every process, counted on
+        the CPU (no wait for the device)."""
+        tokens = float(sum(target_tokens(b, self.model.config.pad_id)
+                           for b in group))
+        if self.size > 1:
+            tokens = torch.tensor(tokens)
+            dist.all_reduce(tokens)
+            tokens = tokens.item()
+        return tokens
 
-    def limit() -> str | None:
+    def sync(self, last: bool):
+        """DDP all-reduces the gradients once per update: on its last
+        micro-batch."""
+        return (self.ddp.no_sync() if self.size > 1 and not last
+                else contextlib.nullcontext())
+
+    def autocast(self):
+        """The forward pass in the run's precision."""
+        return torch.autocast(self.device.type, AMP_DTYPES[self.precision],
+                              enabled=self.precision != "fp32")
+
+    def updated(self, total: torch.Tensor, tokens: float, lr: float,
+                next_batch: int) -> bool:
+        """Book one update: progress and history (the loss stays on the
+        device until the next read), a checkpoint every cfg.save_every
+        updates. True when a limit ends the run."""
+        if self.size > 1:
+            dist.all_reduce(total)
+        p, h, cfg = self.progress, self.history, self.cfg
+        self.pending.append(total / tokens)
+        p["step"] += 1
+        p["batch"] = next_batch
+        p["tokens"] += tokens
+        self.seen += tokens
+        h["step"].append(p["step"])
+        h["lr"].append(lr)
+        h["epoch"].append(p["epoch"] + 1)
+        if p["step"] % cfg.log_every == 0:
+            self.read()
+            tok_s = self.seen / (time.perf_counter() - self.t0)
+            self.bar.set_postfix(loss=f"{h['loss'][-1]:.3f}",
+                                 tok_s=f"{tok_s:.0f}", lr=f"{lr:.2e}",
+                                 refresh=False)
+        self.stopped_by = self.limit()
+        if not self.stopped_by and cfg.save_every and (
+                p["step"] % cfg.save_every == 0):
+            self.save()
+        return self.stopped_by is not None
+
+    def limit(self) -> str | None:
         """Which limit ends the run now, if any; under DDP every rank must
         agree, so rank 0's clock decides."""
-        if cfg.max_updates and progress["step"] >= cfg.max_updates:
+        cfg = self.cfg
+        if cfg.max_updates and self.progress["step"] >= cfg.max_updates:
             return "max_updates"
         if cfg.max_seconds is None:
             return None
-        elapsed = time.perf_counter() - started
-        late = torch.tensor(float(elapsed >= cfg.max_seconds))
-        if size > 1:
+        late = torch.tensor(
+            float(time.perf_counter() - self.started >= cfg.max_seconds))
+        if self.size > 1:
             dist.broadcast(late, src=0)
         return "max_seconds" if late.item() else None
 
-    reached = limit()
-    finished = (
-        progress["early_stopped"]
-        or progress["epoch"] >= cfg.epochs
-        or bool(cfg.max_updates and progress["step"] >= cfg.max_updates)
-    )
-    if resume and finished and cfg.log and rank == 0:
-        print(f"the run is finished ({progress['step']} updates, "
-              f"{progress['epoch']} epochs): nothing to train")
-    while (progress["epoch"] < cfg.epochs and not progress["early_stopped"]
-           and not reached):
-        items = _epoch_batches(train_batches, progress["epoch"], rank, size)
-        model.train()
-        bar = tqdm(
-            range(progress["batch"], len(items), cfg.accum),
-            desc=f"epoch {progress['epoch'] + 1}",
-            disable=not cfg.progress or rank > 0,
-            mininterval=1.0,
-            file=sys.stdout,
-        )
-        t0, seen = time.perf_counter(), 0
-        for i in bar:
-            group = items[i : i + cfg.accum]
-            tokens = float(sum(target_tokens(b, c.pad_id) for b in group))
-            if size > 1:
-                # the tokens of the whole update, over every rank (on the CPU)
-                tokens = torch.tensor(tokens)
-                dist.all_reduce(tokens)
-                tokens = tokens.item()
-            total = torch.zeros((), device=device)
-            for j, (src, tgt_in, tgt_out) in enumerate(group):
-                src, tgt_in, tgt_out = (t.to(device, non_blocking=True)
-                                        for t in (src, tgt_in, tgt_out))
-                # DDP all-reduces gradients once per update
-                sync = size == 1 or j == len(group) - 1
-                with ddp.no_sync() if not sync else contextlib.nullcontext():
-                    with torch.autocast(device.type, AMP_DTYPES[precision],
-                                        enabled=precision != "fp32"):
-                        logits = net(src, tgt_in)  # (batch, T, vocab)
-                    loss = loss_fn(logits, tgt_out)
-                    # DDP averages over ranks; `* size` undoes that
-                    scaler.scale(loss * size / tokens).backward()
-                total += loss.detach()
-            if size > 1:
-                dist.all_reduce(total)
-            if cfg.clip_norm:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-            lr = scheduler.get_last_lr()[0]
-            # skipped, on the device, if a gradient is not finite
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()  # once per optimizer update, however many
-            optimizer.zero_grad(set_to_none=True)  # micro-batches it took
-            pending.append(total / tokens)
-            progress["step"] += 1
-            progress["batch"] = i + len(group)
-            progress["tokens"] += tokens
-            seen += tokens
-            history["step"].append(progress["step"])
-            history["lr"].append(lr)
-            history["epoch"].append(progress["epoch"] + 1)
-            if progress["step"] % cfg.log_every == 0:
-                read()
-                tok_s = seen / (time.perf_counter() - t0)
-                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}",
-                                tok_s=f"{tok_s:.0f}", lr=f"{lr:.2e}",
-                                refresh=False)
-            reached = limit()
-            if reached:
-                break
-            if cfg.save_every and progress["step"] % cfg.save_every == 0:
-                save()
-        bar.close()
-        read()
-        if reached:
-            if cfg.log and rank == 0:
-                print(f"stopped after {progress['step']} updates ({reached}),"
-                      f" train loss {history['loss'][-1]:.3f}")
-            save()
-            break
-        progress["epoch"] += 1
-        progress["batch"] = 0
-        epoch_s = time.perf_counter() - t0
-        line = (f"epoch {progress['epoch']}/{cfg.epochs}: updates "
-                f"{progress['step']}, train loss {history['loss'][-1]:.3f}")
+    def read(self) -> None:
+        """The loop's one wait for the device: fetch the pending losses and
+        check that no update was skipped."""
+        if self.pending:
+            self.history["loss"].extend(torch.stack(self.pending).tolist())
+            self.pending.clear()
+        p = self.progress
+        if self.scaler.get_scale() < 1.0:
+            raise _nonfinite(self.checked, p["step"], p["epoch"],
+                             self.cfg.ckpt_dir)
+        self.checked = p["step"]
+
+    def save(self) -> None:
+        """A checkpoint, after a read: never one after a skipped update."""
+        self.read()
+        self.progress["stopped_by"] = self.stopped_by
+        if self.cfg.ckpt_dir:
+            _save(self.cfg.ckpt_dir, self.model, self.optimizer,
+                  self.scheduler, self.scaler, self.progress, self.cfg)
+
+    def end_epoch(self, val_batches: Batches | None) -> None:
+        """The epoch's end (or the run's, if a limit came first): the
+        validation loss, early stopping, one line of log, a checkpoint."""
+        self.bar.close()
+        self.read()
+        p, cfg, h = self.progress, self.cfg, self.history
+        log = cfg.log and self.rank == 0
+        if self.stopped_by:  # a limit, mid-epoch
+            if log:
+                print(f"stopped after {p['step']} updates ({self.stopped_by}),"
+                      f" train loss {h['loss'][-1]:.3f}")
+            self.save()
+            return
+        p["epoch"] += 1
+        p["batch"] = 0
+        epoch_s = time.perf_counter() - self.t0
+        line = (f"epoch {p['epoch']}/{cfg.epochs}: updates {p['step']}, "
+                f"train loss {h['loss'][-1]:.3f}")
         timing = f"\n  {epoch_s:.0f} s"
-        if progress["epoch"] < cfg.epochs:  # a watcher wants the ETA
-            left = epoch_s * (cfg.epochs - progress["epoch"])
+        if p["epoch"] < cfg.epochs:  # a watcher wants the ETA
+            left = epoch_s * (cfg.epochs - p["epoch"])
             if cfg.max_seconds is not None:  # the time limit may come first
                 left = min(left, cfg.max_seconds
-                           - (time.perf_counter() - started))
+                           - (time.perf_counter() - self.started))
             timing += f", about {_eta(left)}"
         if val_batches is not None:
-            val = evaluate(model, val_batches, loss_fn, device, precision)
-            history["val_loss"].append(val["loss"])
-            history["val_ppl"].append(val["ppl"])
+            val = evaluate(self.model, val_batches, self.loss_fn, self.device,
+                           self.precision)
+            h["val_loss"].append(val["loss"])
+            h["val_ppl"].append(val["ppl"])
             line += f", val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}"
-            if val["loss"] < progress["best"]:
-                progress["best"], progress["bad_epochs"] = val["loss"], 0
+            if val["loss"] < p["best"]:
+                p["best"], p["bad_epochs"] = val["loss"], 0
             else:
-                progress["bad_epochs"] += 1
-            if (cfg.patience is not None
-                    and progress["bad_epochs"] >= cfg.patience):
-                progress["early_stopped"] = True
+                p["bad_epochs"] += 1
+            if cfg.patience is not None and p["bad_epochs"] >= cfg.patience:
+                p["early_stopped"] = True
                 line += (f"; no better validation loss for {cfg.patience} "
                          "epochs: stopping early")
-        if cfg.log and rank == 0:
+        self.stopped_by = ("patience" if p["early_stopped"] else
+                           "epochs" if p["epoch"] >= cfg.epochs else None)
+        if log:
             print(line + timing, flush=True)
-        save()
-    return history
+        self.save()
 
 
 # book/10_training.ipynb: A first run: the copy task

@@ -1,4 +1,5 @@
 """What both benchmarks share: the package on the path, where results go, and their provenance."""
+
 import json
 import shlex
 import sys
@@ -15,8 +16,10 @@ def output_path(out: str | None, name: str, device, quick: bool) -> Path:
     real = device.type == "cuda" and not quick
     path = Path(out) if out else (ROOT / "results" / name if real else Path("/tmp") / f"aiayn_{name}")
     if not real and path.resolve().is_relative_to((ROOT / "results").resolve()):
-        raise SystemExit(f"error: {path} is in results/, which holds full GPU runs only; this run is "
-                         f"{'--quick' if quick else 'on the CPU'}: pass --out with a path outside results/")
+        raise SystemExit(
+            f"error: {path} is in results/, which holds full GPU runs only; this run is "
+            f"{'--quick' if quick else 'on the CPU'}: pass --out with a path outside results/"
+        )
     return path
 
 

@@ -1,4 +1,5 @@
-"""torch.compile against eager: the same losses over a few updates of varying shapes, and how many graphs compiling made.
+"""torch.compile against eager: the same losses over a few updates of varying shapes, and how many graphs
+compiling made.
 
     python benchmarks/compile_check.py                     # on a GPU: results/bench_compile.json
     python benchmarks/compile_check.py --out /tmp/compile.json    # on the CPU (minutes: compiling is slow there)
@@ -8,6 +9,7 @@ have only a few distinct shapes; the same model (same seed, no dropout) trains -
 `TrainConfig(compile=True)` and without. Reported: both loss curves, their largest difference, the distinct batch
 shapes, the graphs dynamo compiled, and the wall time of each (compilation included).
 """
+
 import argparse
 import time
 
@@ -50,14 +52,25 @@ def main() -> None:
         runs["compiled" if compiled else "eager"] = {"loss": history["loss"], "wall_s": time.perf_counter() - start}
         if compiled:
             from torch._dynamo.utils import counters
+
             runs["compiled"]["graphs"] = int(counters["stats"].get("unique_graphs", 0))
     diff = max(abs(a - b) for a, b in zip(runs["eager"]["loss"], runs["compiled"]["loss"]))
     shapes = sorted({(tuple(b[0].shape), tuple(b[1].shape)) for b in batches})
-    print(f"{len(batches)} updates, {len(shapes)} distinct batch shapes, {runs['compiled']['graphs']} graphs compiled; "
-          f"largest loss difference {diff:.2e}; eager {runs['eager']['wall_s']:.1f} s, "
-          f"compiled {runs['compiled']['wall_s']:.1f} s (compilation included)")
-    write(path, {"config": {**vars(args), "model": config, "device": str(device)}, "runs": runs,
-                 "max_abs_loss_difference": diff, "batch_shapes": shapes}, device)
+    print(
+        f"{len(batches)} updates, {len(shapes)} distinct batch shapes, {runs['compiled']['graphs']} graphs compiled; "
+        f"largest loss difference {diff:.2e}; eager {runs['eager']['wall_s']:.1f} s, "
+        f"compiled {runs['compiled']['wall_s']:.1f} s (compilation included)"
+    )
+    write(
+        path,
+        {
+            "config": {**vars(args), "model": config, "device": str(device)},
+            "runs": runs,
+            "max_abs_loss_difference": diff,
+            "batch_shapes": shapes,
+        },
+        device,
+    )
 
 
 if __name__ == "__main__":

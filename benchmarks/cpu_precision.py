@@ -7,6 +7,7 @@ alternating in one process, as target tokens per second and their ratio.
 bf16 needs AVX512-BF16 or AMX to be fast; without them (Colab's free CPU is AVX2 only) PyTorch emulates it and it is
 slower than fp32. The report names the CPU's features, so the ratio is read with the hardware that made it.
 """
+
 import argparse
 import sys
 import time
@@ -61,17 +62,27 @@ def main() -> int:
         updates(precision, warm)  # untimed: the first calls allocate and pick kernels
     rounds = {precision: [] for precision in models}
     for r in range(args.rounds):
-        timed = batches[3 + r * args.steps: 3 + (r + 1) * args.steps]
+        timed = batches[3 + r * args.steps : 3 + (r + 1) * args.steps]
         for precision in models:
             rounds[precision].append(updates(precision, timed))
     best = {precision: max(v) for precision, v in rounds.items()}
     ratio = best["bf16"] / best["fp32"]
-    print(f"fp32 {best['fp32']:.0f}, bf16 {best['bf16']:.0f} target tokens/s: bf16/fp32 = {ratio:.2f} "
-          f"(CPU features: {', '.join(cpu_features())})")
-    report = {"config": {"recipe": "cpu", "model": {k: v for k, v in vars(config).items()},
-                         "steps": args.steps, "rounds": args.rounds, "threads": torch.get_num_threads()},
-              "results": {"target_tokens_per_s": best, "rounds": rounds}, "ratio_bf16_over_fp32": ratio,
-              "cpu_features": cpu_features()}
+    print(
+        f"fp32 {best['fp32']:.0f}, bf16 {best['bf16']:.0f} target tokens/s: bf16/fp32 = {ratio:.2f} "
+        f"(CPU features: {', '.join(cpu_features())})"
+    )
+    report = {
+        "config": {
+            "recipe": "cpu",
+            "model": {k: v for k, v in vars(config).items()},
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "threads": torch.get_num_threads(),
+        },
+        "results": {"target_tokens_per_s": best, "rounds": rounds},
+        "ratio_bf16_over_fp32": ratio,
+        "cpu_features": cpu_features(),
+    }
     write(__import__("pathlib").Path(args.out), report, torch.device("cpu"))
     return 0
 

@@ -1,8 +1,9 @@
 """Beam-search speed (K=4, α=0.6) on test 2016, with and without the decoder's key/value cache.
 
-    python benchmarks/decode_throughput.py --ckpt-dir checkpoints/experiment/en-de    # after aiayn.experiment, GPU
-    python benchmarks/decode_throughput.py --quick --out /tmp/bench_decode.json       # CPU smoke test, random weights
+python benchmarks/decode_throughput.py --ckpt-dir checkpoints/experiment/en-de    # after aiayn.experiment, GPU
+python benchmarks/decode_throughput.py --quick --out /tmp/bench_decode.json       # CPU smoke test, random weights
 """
+
 import argparse
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ def source_batches(ids: list[list[int]], batch_size: int, pad_id: int, device) -
     order = sorted(ids, key=len)
     out = []
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+        rows = order[start : start + batch_size]
         src = torch.full((len(rows), len(rows[-1]) + 1), pad_id, dtype=torch.long)
         for r, x in enumerate(rows):
             src[r, : len(x) + 1] = torch.tensor(x + [EOS])
@@ -42,8 +43,12 @@ def decode_all(model, batches, use_cache: bool) -> tuple[float, list]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ckpt-dir", default=None, help="a folder of aiayn.experiment (averaged.pt, tokenizer.json); "
-                   "without it the multi30k preset with random weights (every output runs to the length limit)")
+    p.add_argument(
+        "--ckpt-dir",
+        default=None,
+        help="a folder of aiayn.experiment (averaged.pt, tokenizer.json); "
+        "without it the multi30k preset with random weights (every output runs to the length limit)",
+    )
     p.add_argument("--direction", choices=("en-de", "de-en"), default="en-de")
     p.add_argument("--batch", type=int, default=128, help="sentences per beam-search batch")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences of test 2016")
@@ -58,7 +63,9 @@ def main(argv=None) -> dict:
         model, tokenizer, weights = trained.model, trained.tokenizer, "trained"
         encoded = corpus.encoded(len(tokenizer))
         if encoded.tokenizer != tokenizer:
-            raise SystemExit(f"error: the encoded cache of BPE {len(tokenizer)} is not the tokenizer in {args.ckpt_dir}")
+            raise SystemExit(
+                f"error: the encoded cache of BPE {len(tokenizer)} is not the tokenizer in {args.ckpt_dir}"
+            )
     else:
         encoded = corpus.encoded(1000 if args.quick else PRESETS["multi30k"].vocab_size)
         config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer))
@@ -71,16 +78,31 @@ def main(argv=None) -> dict:
     results = {}
     for name, use_cache in (("cache", True), ("no_cache", False)):
         secs, hyps = decode_all(model, batches, use_cache)
-        results[name] = {"seconds": secs, "sentences_per_s": len(sources) / secs,
-                         "output_tokens_per_s": sum(len(h) + 1 for h in hyps) / secs}
+        results[name] = {
+            "seconds": secs,
+            "sentences_per_s": len(sources) / secs,
+            "output_tokens_per_s": sum(len(h) + 1 for h in hyps) / secs,
+        }
         results[name]["hypotheses"] = hyps
         print(f"{name:9s} {results[name]['sentences_per_s']:10.1f} sentences/s  ({secs:.2f} s)")
     same = results["cache"].pop("hypotheses") == results["no_cache"].pop("hypotheses")
-    report = {"config": {"model": model.config.__dict__, "weights": weights, "ckpt_dir": args.ckpt_dir,
-                         "direction": args.direction, "sentences": len(sources), "batch": args.batch,
-                         "beam_size": 4, "alpha": 0.6, "max_output": "input length + 50", "quick": args.quick},
-              "results": results, "speedup_cache": results["no_cache"]["seconds"] / results["cache"]["seconds"],
-              "same_hypotheses": same}
+    report = {
+        "config": {
+            "model": model.config.__dict__,
+            "weights": weights,
+            "ckpt_dir": args.ckpt_dir,
+            "direction": args.direction,
+            "sentences": len(sources),
+            "batch": args.batch,
+            "beam_size": 4,
+            "alpha": 0.6,
+            "max_output": "input length + 50",
+            "quick": args.quick,
+        },
+        "results": results,
+        "speedup_cache": results["no_cache"]["seconds"] / results["cache"]["seconds"],
+        "same_hypotheses": same,
+    }
     print(f"cache speed-up {report['speedup_cache']:.2f}x, same hypotheses: {same}")
     write(out, report, device)
     return report

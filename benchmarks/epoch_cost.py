@@ -9,6 +9,7 @@ Batches: one epoch of Multi30k's training pairs (encoded cache, BPE 8,000), buil
 the same fused Adam and schedule) on the same batches and a small model, so that any bookkeeping of the loop shows
 up in the ratio. After a warm-up round the two loops alternate --rounds times; the best round of each counts.
 """
+
 import argparse
 import time
 
@@ -34,8 +35,9 @@ def best_seconds(make, repeats: int) -> float:
 
 def batch_cost(pairs, max_tokens: int, repeats: int, device) -> dict:
     lengths = example_lengths(pairs)
-    rebuild = best_seconds(lambda e: [collate([pairs[i] for i in b]) for b in token_batches(lengths, max_tokens, seed=e)],
-                           repeats)
+    rebuild = best_seconds(
+        lambda e: [collate([pairs[i] for i in b]) for b in token_batches(lengths, max_tokens, seed=e)], repeats
+    )
     start = time.perf_counter()
     once = EpochBatches(pairs, max_tokens, device=device)
     build = time.perf_counter() - start
@@ -46,9 +48,17 @@ def batch_cost(pairs, max_tokens: int, repeats: int, device) -> dict:
             torch.cuda.synchronize()
 
     per_epoch = best_seconds(reorder, repeats)
-    return {"pairs": len(pairs), "max_tokens": max_tokens, "batches_per_epoch": len(once),
-            "rebuild_s_per_epoch": rebuild, "epoch_batches_build_s": build, "epoch_batches_s_per_epoch": per_epoch,
-            "speedup": rebuild / per_epoch, "target_s_per_epoch": 0.05, "meets_target": per_epoch <= 0.05}
+    return {
+        "pairs": len(pairs),
+        "max_tokens": max_tokens,
+        "batches_per_epoch": len(once),
+        "rebuild_s_per_epoch": rebuild,
+        "epoch_batches_build_s": build,
+        "epoch_batches_s_per_epoch": per_epoch,
+        "speedup": rebuild / per_epoch,
+        "target_s_per_epoch": 0.05,
+        "meets_target": per_epoch <= 0.05,
+    }
 
 
 def bare_loop(model, batches, updates: int, warmup: int) -> None:
@@ -87,9 +97,15 @@ def loop_cost(batches, config: dict, updates: int, rounds: int, device) -> dict:
             if round_ > 0:
                 times[name].append(time.perf_counter() - start)
     best = {name: min(t) for name, t in times.items()}
-    return {"updates": updates, "rounds": rounds, "model": config,
-            "book_ms_per_update": best["book"] / updates * 1e3, "bare_ms_per_update": best["bare"] / updates * 1e3,
-            "ratio_book_over_bare": best["book"] / best["bare"], "all_s": times}
+    return {
+        "updates": updates,
+        "rounds": rounds,
+        "model": config,
+        "book_ms_per_update": best["book"] / updates * 1e3,
+        "bare_ms_per_update": best["bare"] / updates * 1e3,
+        "ratio_book_over_bare": best["book"] / best["bare"],
+        "all_s": times,
+    }
 
 
 def main() -> None:
@@ -109,19 +125,35 @@ def main() -> None:
 
     pairs = corpus.encoded(args.bpe_size).pairs("train", "en-de")
     batches_report = batch_cost(pairs, args.max_tokens, args.repeats, device)
-    print(f"batches: rebuilt {batches_report['rebuild_s_per_epoch']:.3f} s per epoch; EpochBatches "
-          f"{batches_report['epoch_batches_s_per_epoch'] * 1e3:.1f} ms per epoch "
-          f"({batches_report['speedup']:.0f} times less; built once in {batches_report['epoch_batches_build_s']:.2f} s)")
+    print(
+        f"batches: rebuilt {batches_report['rebuild_s_per_epoch']:.3f} s per epoch; EpochBatches "
+        f"{batches_report['epoch_batches_s_per_epoch'] * 1e3:.1f} ms per epoch "
+        f"({batches_report['speedup']:.0f} times less; built once in {batches_report['epoch_batches_build_s']:.2f} s)"
+    )
 
-    small = {**vars(PRESETS["multi30k"]), "N": 1, "d_model": 64, "d_ff": 128, "h": 2, "P_drop": 0.0,
-             "vocab_size": args.bpe_size} if device.type == "cpu" else {**vars(PRESETS["multi30k"])}
+    small = (
+        {
+            **vars(PRESETS["multi30k"]),
+            "N": 1,
+            "d_model": 64,
+            "d_ff": 128,
+            "h": 2,
+            "P_drop": 0.0,
+            "vocab_size": args.bpe_size,
+        }
+        if device.type == "cpu"
+        else {**vars(PRESETS["multi30k"])}
+    )
     cap = 1000 if device.type == "cpu" else args.max_tokens  # CPU: small batches, so the loop's own work shows
     loop_batches = EpochBatches(pairs, cap, shuffle=False, device=device)(0)[:16]
     loop_report = loop_cost(loop_batches, small, args.updates, args.rounds, device)
-    print(f"loop: {loop_report['book_ms_per_update']:.2f} ms per update in train(), "
-          f"{loop_report['bare_ms_per_update']:.2f} ms in a bare loop (ratio {loop_report['ratio_book_over_bare']:.3f})")
-    write(path, {"config": {**vars(args), "device": str(device)}, "batches": batches_report, "loop": loop_report},
-          device)
+    print(
+        f"loop: {loop_report['book_ms_per_update']:.2f} ms per update in train(), "
+        f"{loop_report['bare_ms_per_update']:.2f} ms in a bare loop (ratio {loop_report['ratio_book_over_bare']:.3f})"
+    )
+    write(
+        path, {"config": {**vars(args), "device": str(device)}, "batches": batches_report, "loop": loop_report}, device
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Variants, each trained alike from the same seed (the recipe's model, batches, sc
 - `floor`: nn.Transformer's layers (aiayn.floor), initialised by the same function.
 Two variants train at a time, one thread each, so that the two cores are used.
 """
+
 import argparse
 import json
 import os
@@ -50,12 +51,26 @@ def one(variant: str, updates: int, warmup: int, factor: float) -> dict:
             if variant == "xavier" and name.endswith("lut.weight"):
                 nn.init.xavier_uniform_(p)
     started = time.perf_counter()
-    cfg = TrainConfig(warmup=warmup, factor=factor, epochs=100, max_updates=updates, clip_norm=recipe["clip_norm"],
-                      precision="fp32", progress=False, log=False)
+    cfg = TrainConfig(
+        warmup=warmup,
+        factor=factor,
+        epochs=100,
+        max_updates=updates,
+        clip_norm=recipe["clip_norm"],
+        precision="fp32",
+        progress=False,
+        log=False,
+    )
     history = train(model, train_data, None, cfg)
     val = evaluate(model, val_data, LabelSmoothingLoss(config.eps_ls), "cpu", "fp32")
-    return {"variant": variant, "updates": updates, "val_ppl": val["ppl"], "val_loss": val["loss"],
-            "train_loss": history["loss"], "train_s": time.perf_counter() - started}
+    return {
+        "variant": variant,
+        "updates": updates,
+        "val_ppl": val["ppl"],
+        "val_loss": val["loss"],
+        "train_loss": history["loss"],
+        "train_s": time.perf_counter() - started,
+    }
 
 
 def main() -> int:
@@ -74,9 +89,26 @@ def main() -> int:
     records, started = [], time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AIAYN_CONCURRENT_RUNS": "2"}
     for pair in (VARIANTS[:2], VARIANTS[2:]):
-        children = [subprocess.Popen([sys.executable, __file__, "--variant", v, "--updates", str(args.updates),
-                                      "--warmup", str(args.warmup), "--peak-lr", str(args.peak_lr)],
-                                     stdout=subprocess.PIPE, text=True, env=env) for v in pair]
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--variant",
+                    v,
+                    "--updates",
+                    str(args.updates),
+                    "--warmup",
+                    str(args.warmup),
+                    "--peak-lr",
+                    str(args.peak_lr),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for v in pair
+        ]
         for child in children:
             out, _ = child.communicate()
             if child.returncode:
@@ -85,10 +117,22 @@ def main() -> int:
             print(f"{records[-1]['variant']:>10}: val ppl {records[-1]['val_ppl']:.1f} after {args.updates} updates")
     import torch
 
-    report = {"config": {"updates": args.updates, "warmup": args.warmup, "peak_lr": args.peak_lr,
-                         "factor": factor, "recipe": "cpu", "direction": "en-de", "threads_per_run": 1,
-                         "runs_at_once": 2, "seed": 0, "precision": "fp32"},
-              "results": records, "wall_s": time.perf_counter() - started}
+    report = {
+        "config": {
+            "updates": args.updates,
+            "warmup": args.warmup,
+            "peak_lr": args.peak_lr,
+            "factor": factor,
+            "recipe": "cpu",
+            "direction": "en-de",
+            "threads_per_run": 1,
+            "runs_at_once": 2,
+            "seed": 0,
+            "precision": "fp32",
+        },
+        "results": records,
+        "wall_s": time.perf_counter() - started,
+    }
     write(__import__("pathlib").Path(args.out), report, torch.device("cpu"))
     return 0
 

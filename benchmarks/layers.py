@@ -1,8 +1,9 @@
 """§4, Table 1 measured: forward time, peak memory and dispatched operations of each layer type as n grows.
 
-    python benchmarks/layers.py                                   # GPU: d=512, n up to 8192, results/layers_gpu.json
-    python benchmarks/layers.py --quick --out /tmp/layers.json    # CPU check of the script, small sizes
+python benchmarks/layers.py                                   # GPU: d=512, n up to 8192, results/layers_gpu.json
+python benchmarks/layers.py --quick --out /tmp/layers.json    # CPU check of the script, small sizes
 """
+
 import argparse
 import time
 
@@ -32,11 +33,21 @@ def main(argv=None) -> dict:
     if device.type == "cpu":
         torch.set_num_threads(1)  # small operations on a shared CPU time steadier on one thread (see §4's chapter)
     results = measure_layers(args.ns, args.d, args.k, args.r, args.batch, args.repeats, device, log=print)
-    config = {"ns": args.ns, "d": args.d, "k": args.k, "r": args.r, "batch": args.batch, "repeats": args.repeats,
-              "dtype": "float32", "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "quick": args.quick,
-              "threads": torch.get_num_threads(), "measured": "forward pass under torch.no_grad(), best of repeats; "
-              "peak_bytes: torch.cuda.max_memory_allocated above the memory held before (GPU) or the tensors "
-              "the layer creates (CPU); ops: ATen operations dispatched"}
+    config = {
+        "ns": args.ns,
+        "d": args.d,
+        "k": args.k,
+        "r": args.r,
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "dtype": "float32",
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "quick": args.quick,
+        "threads": torch.get_num_threads(),
+        "measured": "forward pass under torch.no_grad(), best of repeats; "
+        "peak_bytes: torch.cuda.max_memory_allocated above the memory held before (GPU) or the tensors "
+        "the layer creates (CPU); ops: ATen operations dispatched",
+    }
     report = {"config": config, "results": results, "wall_s": time.perf_counter() - start}
     write(out, report, device)
     return report

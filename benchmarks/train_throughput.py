@@ -1,9 +1,10 @@
 """Training throughput and MFU of aiayn's Transformer against PyTorch's nn.Transformer at the same configuration.
 
-    python benchmarks/train_throughput.py                       # GPU: base model, batch 256 x 48, results/bench_train.json
-    python benchmarks/train_throughput.py --preset multi30k --out results/bench_train_multi30k.json
-    python benchmarks/train_throughput.py --quick --out /tmp/bench_train.json    # CPU smoke test, tiny sizes
+python benchmarks/train_throughput.py                       # GPU: base model, batch 256 x 48, results/bench_train.json
+python benchmarks/train_throughput.py --preset multi30k --out results/bench_train_multi30k.json
+python benchmarks/train_throughput.py --quick --out /tmp/bench_train.json    # CPU smoke test, tiny sizes
 """
+
 import argparse
 import math
 import time
@@ -18,8 +19,15 @@ from aiayn.model import PRESETS, count_parameters, make_model
 from aiayn.training import AMP_DTYPES, LabelSmoothingLoss, TrainConfig, choose_precision, train
 
 PEAK_BF16_TFLOPS = {  # dense bf16 tensor-core peaks from the vendor's data sheets, matched in this order
-    "H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "GH200": 989.4, "A100": 312.0,
-    "L40S": 362.0, "L4": 121.0, "A10": 125.0,
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H100": 989.4,
+    "H200": 989.4,
+    "GH200": 989.4,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10": 125.0,
 }
 
 
@@ -44,8 +52,9 @@ def flops_per_step(model, batch, precision: str) -> int:
 
 def seconds(model, batch, steps: int, precision: str) -> float:
     """Wall time of `steps` updates of the book's training loop (forward, label-smoothed loss, backward, Adam)."""
-    cfg = TrainConfig(warmup=4000, max_updates=steps, epochs=1, precision=precision, progress=False, log=False,
-                      log_every=steps)
+    cfg = TrainConfig(
+        warmup=4000, max_updates=steps, epochs=1, precision=precision, progress=False, log=False, log_every=steps
+    )
     if batch[0].is_cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -67,8 +76,12 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times; the best counts")
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
     p.add_argument("--compile-reference", action="store_true", help="torch.compile nn.Transformer too")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="autocast precision; auto: bf16 on recent GPUs, fp16 on older ones, fp32 on a CPU")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="autocast precision; auto: bf16 on recent GPUs, fp16 on older ones, fp32 on a CPU",
+    )
     p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of the device, for MFU")
     p.add_argument("--out", default=None, help="JSON report; default results/bench_train.json on a GPU")
     args = p.parse_args(argv)
@@ -87,16 +100,30 @@ def main(argv=None) -> dict:
 
     torch.manual_seed(0)
     models = {"aiayn": make_model(config).to(device), "nn.Transformer": TorchTransformer(config).to(device)}
-    report = {"config": {"model": config.__dict__, "batch": args.batch, "length": args.length, "precision": precision,
-                         "compile": args.compile, "compile_reference": args.compile_reference,
-                         "steps": args.steps, "warmup_steps": args.warmup_steps, "rounds": args.rounds,
-                         "quick": args.quick, "tokens_per_step": tokens_per_step},
-              "flops_method": "torch.utils.flop_counter: forward + backward of one batch (matmuls and attention; "
-                              "the optimizer and elementwise ops are not counted)"}
+    report = {
+        "config": {
+            "model": config.__dict__,
+            "batch": args.batch,
+            "length": args.length,
+            "precision": precision,
+            "compile": args.compile,
+            "compile_reference": args.compile_reference,
+            "steps": args.steps,
+            "warmup_steps": args.warmup_steps,
+            "rounds": args.rounds,
+            "quick": args.quick,
+            "tokens_per_step": tokens_per_step,
+        },
+        "flops_method": "torch.utils.flop_counter: forward + backward of one batch (matmuls and attention; "
+        "the optimizer and elementwise ops are not counted)",
+    }
     flops = {name: flops_per_step(m, batch, precision) for name, m in models.items()}
-    runners = {"aiayn": torch.compile(models["aiayn"]) if args.compile else models["aiayn"],
-               "nn.Transformer": torch.compile(models["nn.Transformer"]) if args.compile_reference
-               else models["nn.Transformer"]}
+    runners = {
+        "aiayn": torch.compile(models["aiayn"]) if args.compile else models["aiayn"],
+        "nn.Transformer": torch.compile(models["nn.Transformer"])
+        if args.compile_reference
+        else models["nn.Transformer"],
+    }
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peak_tflops(name, args.peak_tflops) if device.type == "cuda" else args.peak_tflops
     times = {k: [] for k in runners}
@@ -107,15 +134,26 @@ def main(argv=None) -> dict:
     results = {}
     for key in runners:
         best = min(times[key])
-        results[key] = {"parameters": count_parameters(models[key]), "flops_per_step": flops[key],
-                        "seconds_per_step": best / args.steps, "tokens_per_s": tokens_per_step * args.steps / best,
-                        "all_round_seconds": times[key]}
+        results[key] = {
+            "parameters": count_parameters(models[key]),
+            "flops_per_step": flops[key],
+            "seconds_per_step": best / args.steps,
+            "tokens_per_s": tokens_per_step * args.steps / best,
+            "all_round_seconds": times[key],
+        }
         results[key]["mfu"] = (flops[key] * args.steps / best / (peak * 1e12)) if peak else None
-        print(f"{key:15s} {results[key]['tokens_per_s']:12,.0f} tokens/s  "
-              f"{results[key]['seconds_per_step'] * 1e3:8.2f} ms/step  "
-              + (f"MFU {results[key]['mfu']:.1%}" if peak else "MFU n/a (give --peak-tflops)"))
-    report.update({"peak_bf16_tflops": peak, "results": results,
-                   "ratio_tokens_per_s": results["aiayn"]["tokens_per_s"] / results["nn.Transformer"]["tokens_per_s"]})
+        print(
+            f"{key:15s} {results[key]['tokens_per_s']:12,.0f} tokens/s  "
+            f"{results[key]['seconds_per_step'] * 1e3:8.2f} ms/step  "
+            + (f"MFU {results[key]['mfu']:.1%}" if peak else "MFU n/a (give --peak-tflops)")
+        )
+    report.update(
+        {
+            "peak_bf16_tflops": peak,
+            "results": results,
+            "ratio_tokens_per_s": results["aiayn"]["tokens_per_s"] / results["nn.Transformer"]["tokens_per_s"],
+        }
+    )
     print(f"aiayn / nn.Transformer throughput: {report['ratio_tokens_per_s']:.3f}")
     assert math.isfinite(report["ratio_tokens_per_s"])
     write(out, report, device)

@@ -1,4 +1,5 @@
 """Shared fixtures: a verified Multi30k cache (primed from ../shared when present)."""
+
 from pathlib import Path
 
 import pytest

@@ -1,4 +1,5 @@
 """§3.2.1: scaled dot-product attention, its masks, and the fast path (aiayn.attention)."""
+
 import math
 
 import pytest
@@ -9,8 +10,10 @@ from aiayn.attention import attend, attention, padding_mask, subsequent_mask
 
 def qkv(batch=2, h=3, len_q=5, len_k=7, d_k=8, d_v=4, seed=0, requires_grad=False):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, h, n, d, generator=g, requires_grad=requires_grad)
-                 for n, d in [(len_q, d_k), (len_k, d_k), (len_k, d_v)])
+    return tuple(
+        torch.randn(batch, h, n, d, generator=g, requires_grad=requires_grad)
+        for n, d in [(len_q, d_k), (len_k, d_k), (len_k, d_v)]
+    )
 
 
 def test_shapes():
@@ -31,10 +34,12 @@ def test_equation_1_by_hand():
 
 
 def test_subsequent_mask_rows():
-    assert subsequent_mask(4).tolist() == [[True, False, False, False],
-                                          [True, True, False, False],
-                                          [True, True, True, False],
-                                          [True, True, True, True]]
+    assert subsequent_mask(4).tolist() == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, True, True, False],
+        [True, True, True, True],
+    ]
     m = subsequent_mask(6)
     assert m.dtype == torch.bool and m.shape == (6, 6)
     for i in range(6):

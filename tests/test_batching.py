@@ -1,4 +1,5 @@
 """Token-budget batches and collate of §5.1."""
+
 import random
 
 import pytest
@@ -86,11 +87,17 @@ def test_collated_size_matches_budget(lengths):
 
 # --- EpochBatches: built once, reordered every epoch -------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def pairs():
     rng = random.Random(2)
-    return [([rng.randint(4, 99) for _ in range(rng.randint(1, 30))], [rng.randint(4, 99) for _ in range(rng.randint(1, 35))])
-            for _ in range(1500)]
+    return [
+        (
+            [rng.randint(4, 99) for _ in range(rng.randint(1, 30))],
+            [rng.randint(4, 99) for _ in range(rng.randint(1, 35))],
+        )
+        for _ in range(1500)
+    ]
 
 
 def test_epoch_batches_unshuffled_equal_token_batches_and_collate(pairs):
@@ -150,8 +157,9 @@ def test_epoch_batches_refuse_empty_and_oversized_input():
 def test_batch_moves_with_its_token_count():
     from aiayn.batching import Batch
 
-    batch = Batch(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long),
-                  torch.ones(2, 4, dtype=torch.long), 8)
+    batch = Batch(
+        torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), 8
+    )
     moved = batch.to("cpu")
     src, tgt_in, tgt_out = moved
     assert moved.tokens == 8 and src.shape == (2, 3) and isinstance(moved, tuple)

@@ -1,4 +1,5 @@
 """§6.1's metric: aiayn.bleu equals sacreBLEU (13a tokens, 'exp' smoothing) to 1e-6, on Multi30k and edge cases."""
+
 import math
 import random
 
@@ -31,6 +32,7 @@ def test2016(multi30k_cache):
 
 # --- tokenisation -------------------------------------------------------------------------------------------------
 
+
 def test_tokenize_13a_equals_sacrebleu_on_test2016(test2016):
     english, german = test2016
     assert len(german) == 1000
@@ -39,17 +41,28 @@ def test_tokenize_13a_equals_sacrebleu_on_test2016(test2016):
         assert tokenize_13a(line) == sacre(line)
 
 
-@pytest.mark.parametrize("line", [
-    'Ein 3.5-jähriges Kind (mit "Hut") isst 2-3 Äpfel, oder? &amp; das war\'s.',
-    "1,000.50 $ at 10:30 -- a/b [c] {d} <e> ~f^ `g` |h| \\i @j #k %l *m +n =o _p",
-    "&quot;quoted&quot; &lt;tag&gt; &amp;&amp; <skipped> gone",
-    "line-\nbreak and\nnewline", "", "   ", ".,", "3.", ".5", "a.b,c", "Mr. Smith's e-mail: x@y.org!",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        'Ein 3.5-jähriges Kind (mit "Hut") isst 2-3 Äpfel, oder? &amp; das war\'s.',
+        "1,000.50 $ at 10:30 -- a/b [c] {d} <e> ~f^ `g` |h| \\i @j #k %l *m +n =o _p",
+        "&quot;quoted&quot; &lt;tag&gt; &amp;&amp; <skipped> gone",
+        "line-\nbreak and\nnewline",
+        "",
+        "   ",
+        ".,",
+        "3.",
+        ".5",
+        "a.b,c",
+        "Mr. Smith's e-mail: x@y.org!",
+    ],
+)
 def test_tokenize_13a_equals_sacrebleu_on_hard_cases(line):
     assert tokenize_13a(line) == Tokenizer13a()(line)
 
 
 # --- corpus BLEU on Multi30k --------------------------------------------------------------------------------------
+
 
 def perturb(lines, seed):
     """Drop, shuffle, repeat and re-case words in some lines, so that every n-gram order loses matches."""
@@ -64,7 +77,7 @@ def perturb(lines, seed):
             rng.shuffle(words)
         elif kind == 3:  # longer than the reference: repeat a stretch
             i = rng.randrange(len(words))
-            words = words + words[i:i + 4]
+            words = words + words[i : i + 4]
         elif kind == 4:  # change the case of some words
             words = [w.upper() if rng.random() < 0.3 else w.lower() for w in words]
         out.append(" ".join(words))
@@ -106,8 +119,36 @@ def test_tokenize_none_equals_sacrebleu(test2016):
 
 # --- random corpora -----------------------------------------------------------------------------------------------
 
-WORDS = ["a", "A", "the", "The", "dog", "Dog", "runs", "ran", "3.5", "2-3", "1,000", ",", ".", "!", "(", ")", "e-mail",
-         "don't", "&amp;", "x/y", "über", "Straße", "ÄPFEL", "äpfel", '"', "$5", "10:30", "end."]
+WORDS = [
+    "a",
+    "A",
+    "the",
+    "The",
+    "dog",
+    "Dog",
+    "runs",
+    "ran",
+    "3.5",
+    "2-3",
+    "1,000",
+    ",",
+    ".",
+    "!",
+    "(",
+    ")",
+    "e-mail",
+    "don't",
+    "&amp;",
+    "x/y",
+    "über",
+    "Straße",
+    "ÄPFEL",
+    "äpfel",
+    '"',
+    "$5",
+    "10:30",
+    "end.",
+]
 
 
 def random_corpus(rng, n):

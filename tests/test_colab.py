@@ -6,6 +6,7 @@ checkout's package. The chapter's own set-up cell clones the repository (here a 
 commit, through AIAYN_REPO) and installs it; then the §6.1 results chapter runs top to bottom and prints the stored
 test 2016 BLEU of the CPU run.
 """
+
 import json
 import os
 import re
@@ -35,19 +36,28 @@ def test_a_chapter_alone_finds_the_stored_results(tmp_path):
     work.mkdir()
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # the libraries Colab would have, but not this checkout's package (its editable hook is a .pth file that a path
     # added this way does not run)
     Path(purelib, "libraries.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('aiayn') is None)"],
-                           capture_output=True, text=True, cwd=work)
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('aiayn') is None)"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     assert probe.stdout.strip() == "True", "the fresh environment must not see this checkout's package"
 
     setup, *rest = code_cells("12_results")
     # display() prints nothing outside a kernel: the chapter's BLEU table is printed at the end
-    script = "\n\n".join([setup, "import aiayn.provenance\nprint('ROOT', aiayn.provenance.ROOT)", *rest,
-                           "print(table.to_string())"])
+    script = "\n\n".join(
+        [setup, "import aiayn.provenance\nprint('ROOT', aiayn.provenance.ROOT)", *rest, "print(table.to_string())"]
+    )
     env = {**os.environ, "AIAYN_REPO": str(ROOT), "MPLBACKEND": "Agg", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("AIAYN_RESULTS", None)
     run = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=work, env=env, timeout=900)

@@ -1,12 +1,23 @@
 """§4, Table 1: FLOP counts equal their closed forms exactly, and gradients show the maximum path length."""
+
 import math
 
 import pytest
 import torch
 
 from aiayn.attention import attention
-from aiayn.complexity import (RestrictedSelfAttention, OpsAndMemory, count_flops, exact_flops, gradient_reach,
-                              layers_needed, make_layers, measure, measure_layers, stack)
+from aiayn.complexity import (
+    RestrictedSelfAttention,
+    OpsAndMemory,
+    count_flops,
+    exact_flops,
+    gradient_reach,
+    layers_needed,
+    make_layers,
+    measure,
+    measure_layers,
+    stack,
+)
 
 CASES = [(1, 1, 1, 1, 1), (1, 7, 6, 3, 3), (2, 10, 16, 5, 5), (3, 33, 8, 7, 9), (2, 5, 12, 9, 11)]  # b, n, d, k, r
 KINDS = ["self-attention", "recurrent", "convolutional", "separable", "restricted"]
@@ -32,7 +43,8 @@ def test_closed_forms_by_hand():
 
 
 def test_flops_on_meta_device_and_dilation():
-    """Counting on the meta device (no arithmetic) gives the same numbers; dilation does not change a convolution's count."""
+    """Counting on the meta device (no arithmetic) gives the same numbers; dilation does not change a
+    convolution's count."""
     x = torch.empty(1, 4096, 64, device="meta")
     for kind, layer in make_layers(64, 3, 33).items():
         assert count_flops(layer.to("meta"), x) == exact_flops(kind, 1, 4096, 64, 3, 33), kind
@@ -82,15 +94,23 @@ def test_measure_layers_report():
         assert all(m["seconds"] > 0 and m["peak_bytes"] > 0 and m["ops"] > 0 for m in rows)
 
 
-@pytest.mark.parametrize("kind,k,r,reach", [("self-attention", 3, 5, [20, 20, 20]), ("convolutional", 3, 5, [1, 2, 3]),
-                                           ("convolutional", 5, 5, [2, 4, 6]), ("restricted", 3, 5, [2, 4, 6]),
-                                           ("restricted", 3, 7, [3, 6, 9]), ("dilated", 3, 5, [1, 4, 13])])
+@pytest.mark.parametrize(
+    "kind,k,r,reach",
+    [
+        ("self-attention", 3, 5, [20, 20, 20]),
+        ("convolutional", 3, 5, [1, 2, 3]),
+        ("convolutional", 5, 5, [2, 4, 6]),
+        ("restricted", 3, 5, [2, 4, 6]),
+        ("restricted", 3, 7, [3, 6, 9]),
+        ("dilated", 3, 5, [1, 4, 13]),
+    ],
+)
 def test_path_length_zero_below_threshold_nonzero_at_it(kind, k, r, reach):
     n, d = 21, 4
     torch.manual_seed(0)
     for L, farthest in zip((1, 2, 3), reach):
         g = gradient_reach(stack(kind, L, d, k, r), n, d)
-        assert (g[: farthest + 1] > 0).all() and (g[farthest + 1:] == 0).all(), (kind, L)
+        assert (g[: farthest + 1] > 0).all() and (g[farthest + 1 :] == 0).all(), (kind, L)
         for j in range(n):
             assert (g[j] > 0) == (L >= layers_needed(kind, j, k, r)), (kind, L, j)
 

@@ -6,6 +6,7 @@ training-set BLEU is high, and another sentence's source makes the targets far l
 model that cannot see its source (every source replaced by the batch's first) must fail, and it is kept here as a
 strict expected failure: if it ever passed, the test would no longer catch what it is for.
 """
+
 import pytest
 import torch
 
@@ -55,26 +56,48 @@ def one_thread():
 def greedy_outputs(model, sources, batch=100) -> list[list[int]]:
     out = []
     for i in range(0, len(sources), batch):
-        chunk = sources[i:i + batch]
+        chunk = sources[i : i + batch]
         src = torch.zeros(len(chunk), max(map(len, chunk)) + 1, dtype=torch.long)
         for j, s in enumerate(chunk):
-            src[j, :len(s) + 1] = torch.tensor([*s, EOS])
+            src[j, : len(s) + 1] = torch.tensor([*s, EOS])
         memory_src = src[:1].expand_as(src) if isinstance(model, SourceBlind) else src
         out += greedy(model.model if isinstance(model, SourceBlind) else model, memory_src, 40)
     return out
 
 
-@pytest.mark.parametrize("blind", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="a model that ignores its source must fail the guard"))], ids=["model", "source-blind"])
+@pytest.mark.parametrize(
+    "blind",
+    [
+        False,
+        pytest.param(
+            True, marks=pytest.mark.xfail(strict=True, reason="a model that ignores its source must fail the guard")
+        ),
+    ],
+    ids=["model", "source-blind"],
+)
 def test_a_trained_model_reads_its_source(pairs, one_thread, blind):
     train_pairs, tokenizer = pairs
     torch.manual_seed(0)
-    model = make_model(TransformerConfig(vocab_size=len(tokenizer), N=2, d_model=64, d_ff=128, h=4, P_drop=0.0,
-                                         max_len=128))
+    model = make_model(
+        TransformerConfig(vocab_size=len(tokenizer), N=2, d_model=64, d_ff=128, h=4, P_drop=0.0, max_len=128)
+    )
     model = SourceBlind(model) if blind else model
     batches = EpochBatches(train_pairs, 1200, seed=0)
-    train(model, batches, None, TrainConfig(warmup=50, factor=0.17, epochs=1000, max_updates=300, clip_norm=1.0,
-                                            precision="fp32", progress=False, log=False))
+    train(
+        model,
+        batches,
+        None,
+        TrainConfig(
+            warmup=50,
+            factor=0.17,
+            epochs=1000,
+            max_updates=300,
+            clip_norm=1.0,
+            precision="fp32",
+            progress=False,
+            log=False,
+        ),
+    )
     hyps = [tokenizer.decode(o) for o in greedy_outputs(model, [s for s, _ in train_pairs])]
     refs = [tokenizer.decode(t) for _, t in train_pairs]
     spread, gain = health.output_spread(hyps), health.source_gain(model, batches(0))
@@ -88,8 +111,9 @@ def test_warnings_name_each_sign():
     """Each sign of a failed run gives its own sentence; a healthy run gives none."""
     alike = health.output_spread(["Ein Mann steht auf einer Bank."] * 990 + [f"Satz {i}." for i in range(10)])
     assert alike["most_common_share"] == 0.99 and alike["distinct"] == pytest.approx(11 / 1000)
-    found = health.warnings(spread=alike, gain={"gain": 0.01, "nll": 3.0, "nll_wrong_source": 3.01},
-                            val_ppl=42.0, split="test2016")
+    found = health.warnings(
+        spread=alike, gain={"gain": 0.01, "nll": 3.0, "nll_wrong_source": 3.01}, val_ppl=42.0, split="test2016"
+    )
     assert len(found) == 3
     assert "99% of the test2016 outputs are the same sentence" in found[0] and "--factor" in found[0]
     assert "worth only 0.01 nats" in found[1] and "perplexity 42.0" in found[2]
@@ -99,4 +123,5 @@ def test_warnings_name_each_sign():
     assert alike["most_common_share"] == 0.04 and alike["distinct"] == 0.25
     assert health.warnings(spread=alike, split="val") == [
         "outputs alike: only 25% of the val outputs are distinct; the model barely reads its source. Lower the "
-        "learning rate or train longer"]
+        "learning rate or train longer"
+    ]

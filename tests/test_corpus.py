@@ -1,4 +1,5 @@
 """The encoded cache of §5.1: spaCy's words and the BPE ids, made once and read without spaCy."""
+
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,8 @@ def test_the_cache_holds_the_chapter_tokenizer_and_its_ids(cache):
     assert encoded.path == corpus.encoded_path(1000, cache) and len(encoded.tokenizer) == 1000
     assert encoded.tokenizer == Tokenizer.train(data.load("train", cache=cache), 1000)  # learned on train only
     assert {split: len(sides["de"]) for split, sides in encoded.ids.items()} == {
-        split: n for split, (_, n) in data.SPLITS.items()}
+        split: n for split, (_, n) in data.SPLITS.items()
+    }
     val = data.load("val", cache=cache)
     for (en, de), en_ids, de_ids in list(zip(val, encoded.ids["val"]["en"], encoded.ids["val"]["de"]))[:50]:
         assert en_ids == encoded.tokenizer.encode(en, "en") and de_ids == encoded.tokenizer.encode(de, "de")
@@ -73,11 +75,17 @@ def test_the_key_is_made_from_the_data_checksums(monkeypatch):
 
 def test_command_line(cache):
     env = {"AIAYN_DATA": str(cache), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "aiayn.corpus", "prepare", "--bpe-size", "1000"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "aiayn.corpus", "prepare", "--bpe-size", "1000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "BPE 1000: 1000 tokens, 67092 sentences encoded" in done.stdout
     info = subprocess.run([sys.executable, "-m", "aiayn.corpus", "info"], env=env, capture_output=True, text=True)
     assert f"bpe1000-{corpus.KEY}.pt" in info.stdout and f"words-{corpus.KEY}.json.gz" in info.stdout
-    bad = subprocess.run([sys.executable, "-m", "aiayn.corpus", "prepare", "--bpe-size", "100"], env=env,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "aiayn.corpus", "prepare", "--bpe-size", "100"], env=env, capture_output=True, text=True
+    )
     assert bad.returncode == 1 and "must exceed the 260" in bad.stderr

@@ -2,6 +2,7 @@
 checks that give the book's solutions full marks and wrong answers the points of the checks they pass (with
 relative errors and the likely cause), no credit for calling or copying the book's code, and the whole nbgrader cycle
 on one assignment: generate, release, autograde, feedback, export."""
+
 import importlib.util
 import inspect
 import math
@@ -51,6 +52,7 @@ def points(assignment, answer) -> int:
 
 # ---- exercises and source notebooks ----------------------------------------------------------------------
 
+
 def _toy_notebook():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -61,8 +63,10 @@ def _toy_notebook():
         nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
         nbformat.v4.new_code_cell("assert double(2) == 4"),
         nbformat.v4.new_markdown_cell("3. **Code:** warmup, then a cosine."),
-        nbformat.v4.new_code_cell("def warmup_cosine(step, peak, warmup, total):\n    ### BEGIN SOLUTION\n"
-                                  "    return 0.0\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell(
+            "def warmup_cosine(step, peak, warmup, total):\n    ### BEGIN SOLUTION\n"
+            "    return 0.0\n    ### END SOLUTION"
+        ),
         nbformat.v4.new_code_cell("print(warmup_cosine(1, 1, 1, 2))"),
     ]
     return nb
@@ -71,7 +75,9 @@ def _toy_notebook():
 def test_find_exercises_from_markers():
     found = course.find_exercises(_toy_notebook(), "99_schedule", ASSIGNMENTS)
     assert [(e.number, e.solution_cell, e.test_cell, e.names, e.assignments) for e in found] == [
-        (2, 4, 5, ["double"], []), (3, 7, 8, ["warmup_cosine"], ["schedule"])]
+        (2, 4, 5, ["double"], []),
+        (3, 7, 8, ["warmup_cosine"], ["schedule"]),
+    ]
     early = _toy_notebook()
     early.cells.insert(1, nbformat.v4.new_code_cell("### BEGIN SOLUTION\ny = 2\n### END SOLUTION"))
     with pytest.raises(ValueError, match="before the Exercises heading"):
@@ -101,8 +107,9 @@ def test_every_assignment_grades_an_exercise_and_every_chapter_is_listed(capsys)
         for e in course.find_exercises(nbformat.read(path, as_version=4), path.stem, ASSIGNMENTS):
             graded.update(e.assignments)
     assert graded == set(ASSIGNMENTS), f"checks without an exercise: {set(ASSIGNMENTS) - graded}"
-    chapters = {p.stem for p in (ROOT / "book").glob("[0-9]*.ipynb")
-                if "### BEGIN SOLUTION" in p.read_text(encoding="utf-8")}
+    chapters = {
+        p.stem for p in (ROOT / "book").glob("[0-9]*.ipynb") if "### BEGIN SOLUTION" in p.read_text(encoding="utf-8")
+    }
     assert chapters and chapters <= notebooks
     assert course.main(["list"]) == 0
     out = capsys.readouterr().out
@@ -119,12 +126,14 @@ def test_solution_cells_are_collapsed_on_the_website():
 
 # ---- the book's solutions get full marks -----------------------------------------------------------------
 
+
 def _namespace():
     """What a chapter's cells have defined by its exercises: torch, math, F, and the package's public names."""
     import importlib
     import pkgutil
 
     import aiayn
+
     ns = {"torch": torch, "math": math, "F": F, "nn": torch.nn}
     for m in pkgutil.iter_modules(aiayn.__path__):
         if not m.name.startswith("_") and m.name not in ("course", "checks", "plan", "experiment"):
@@ -151,6 +160,7 @@ def test_the_books_own_solutions_get_full_marks():
 
 # ---- wrong answers: the points of the checks they pass, and why the others fail -----------------------------
 
+
 def test_a_wrong_schedule_loses_the_points_of_the_checks_it_fails():
     def one_step_late(step, peak, warmup, total):  # the warmup counts steps from 0
         if step <= warmup:
@@ -159,8 +169,9 @@ def test_a_wrong_schedule_loses_the_points_of_the_checks_it_fails():
 
     why = failed("schedule", one_step_late)
     assert set(why) == {"warmup", "peak", "grid"}
-    assert points("schedule", one_step_late) == sum(c.points for c in ASSIGNMENTS["schedule"].checks
-                                                    if c.key in ("decay", "end"))
+    assert points("schedule", one_step_late) == sum(
+        c.points for c in ASSIGNMENTS["schedule"].checks if c.key in ("decay", "end")
+    )
     assert "one step off" in why["peak"] and "(relative)" in why["peak"]
     assert "off by 100.0% (relative)" in why["warmup"]  # step 1 gave 0: an error of 100%, not "off by 1e-05"
 
@@ -218,10 +229,12 @@ def test_a_parameter_count_without_biases_is_named():
     why = failed("parameter_count", no_biases)
     assert set(why) == {"base", "d_k", "sizes"} and "biases of the projections are missing" in why["base"]
     from aiayn.model import parameter_count
+
     assert "calls aiayn.model.parameter_count" in failed("parameter_count", lambda c: parameter_count(c))["base"]
 
 
 # ---- calling or copying the book's code, rewriting the checks, endless loops -------------------------------
+
 
 def test_calling_or_copying_the_reference_does_not_pass():
     from aiayn.attention import attention, padding_mask  # noqa: F401
@@ -241,17 +254,22 @@ def test_calling_or_copying_the_reference_does_not_pass():
     assert points("label_smoothing", via_loss) == 0
     ns = {"torch": torch, "nn": torch.nn, "F": F, "math": math}
     exec(inspect.getsource(LabelSmoothingLoss).replace("class LabelSmoothingLoss", "class Copy"), ns)
-    exec("def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
-         "    V = logits.size(-1)\n"
-         "    return Copy(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)\n", ns)
+    exec(
+        "def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
+        "    V = logits.size(-1)\n"
+        "    return Copy(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)\n",
+        ns,
+    )
     assert "calls aiayn.training.LabelSmoothingLoss" in failed("label_smoothing", ns)["reference"]
     import sacrebleu
+
     assert points("bleu", lambda h, r: sacrebleu.corpus_bleu(h, [r], smooth_method="add-k", smooth_value=1).score) == 0
 
 
 def test_rewriting_the_loaded_checks_changes_nothing(monkeypatch):
     """A check cell runs aiayn/checks.py afresh from the file: patching the imported module does not pass it."""
     import aiayn.checks
+
     monkeypatch.setattr(aiayn.checks, "check", lambda *args: None)
     monkeypatch.setattr(aiayn.checks, "_close", lambda *args, **kwargs: None)
     monkeypatch.setattr(aiayn.checks, "ASSIGNMENTS", {})
@@ -274,6 +292,7 @@ def test_an_endless_loop_fails_its_check_after_the_time_limit():
 
 # ---- the whole nbgrader cycle ----------------------------------------------------------------------------
 
+
 def _nbgrader(root: Path, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # nbgrader runs `alembic`
     return subprocess.run([str(BIN / "nbgrader"), *args], cwd=root, capture_output=True, text=True, env=env)
@@ -282,8 +301,11 @@ def _nbgrader(root: Path, *args) -> subprocess.CompletedProcess:
 def _answers(source: Path) -> dict:
     """The reference solutions of a course notebook, without the markers: {first line: cell source}."""
     nb = nbformat.read(source, as_version=4)
-    return {c.source.splitlines()[0]: "\n".join(line for line in c.source.splitlines() if "### " not in line)
-            for c in nb.cells if course.has_solution(c.source)}
+    return {
+        c.source.splitlines()[0]: "\n".join(line for line in c.source.splitlines() if "### " not in line)
+        for c in nb.cells
+        if course.has_solution(c.source)
+    }
 
 
 def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
@@ -294,7 +316,9 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     config = root / "nbgrader_config.py"
     text = config.read_text()
     assert "STUDENT_CELL = 30" in text and "CHECK_CALL = 10" in text
-    config.write_text(text.replace("STUDENT_CELL = 30", "STUDENT_CELL = 5").replace("CHECK_CALL = 10", "CHECK_CALL = 2"))
+    config.write_text(
+        text.replace("STUDENT_CELL = 30", "STUDENT_CELL = 5").replace("CHECK_CALL = 10", "CHECK_CALL = 2")
+    )
     run = _nbgrader(root, "generate_assignment", "schedule")
     assert run.returncode == 0, run.stderr
     release = root / "release" / "schedule" / "schedule.ipynb"
@@ -304,9 +328,12 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     right = _answers(course.COURSE / "schedule.ipynb")
     cosine, epoch = sorted(right)  # "def my_train_epoch(...", "def warmup_cosine(..." sort the other way round
     epoch, cosine = (cosine, epoch) if "my_train_epoch" in cosine else (epoch, cosine)
-    wrong = {cosine: right[cosine].replace("(total - warmup)))", "total))"),
-             epoch: right[epoch].replace("            scheduler.step()", "").replace(
-                 "(model(batch) / accum).backward()", "(model(batch) / accum).backward()\n        scheduler.step()")}
+    wrong = {
+        cosine: right[cosine].replace("(total - warmup)))", "total))"),
+        epoch: right[epoch]
+        .replace("            scheduler.step()", "")
+        .replace("(model(batch) / accum).backward()", "(model(batch) / accum).backward()\n        scheduler.step()"),
+    }
     looping = {cosine: right[cosine], epoch: "while True:\n    pass"}
 
     def tamper(nb):
@@ -314,8 +341,14 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
         graded[0].metadata["nbgrader"]["points"] = 100
         graded[1].source = "pass"
         extra = nbformat.v4.new_code_cell("print('free points')")
-        extra.metadata["nbgrader"] = {"grade": True, "grade_id": "extra", "locked": False, "points": 50,
-                                      "schema_version": 3, "solution": False}
+        extra.metadata["nbgrader"] = {
+            "grade": True,
+            "grade_id": "extra",
+            "locked": False,
+            "points": 50,
+            "schema_version": 3,
+            "solution": False,
+        }
         nb.cells.append(extra)
 
     def strip(nb):
@@ -350,6 +383,7 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     assert _nbgrader(root, "export").returncode == 0
 
     import csv
+
     with open(root / "grades.csv") as fh:
         scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(fh)}
 
@@ -362,9 +396,15 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     assert own_run(right) == total and 0 < own_run(wrong) < total
     assert list(scores) == ["a_correct", "b_wrong", "c_empty", "d_corrupted", "e_looping", "f_tampered", "g_stripped"]
-    assert scores == {"a_correct": (total, total), "b_wrong": (own_run(wrong), total), "c_empty": (0, total),
-                      "d_corrupted": (0, total), "e_looping": (ASSIGNMENTS["schedule"].points, total),
-                      "f_tampered": (own_run(wrong), total), "g_stripped": (total, total)}
+    assert scores == {
+        "a_correct": (total, total),
+        "b_wrong": (own_run(wrong), total),
+        "c_empty": (0, total),
+        "d_corrupted": (0, total),
+        "e_looping": (ASSIGNMENTS["schedule"].points, total),
+        "f_tampered": (own_run(wrong), total),
+        "g_stripped": (total, total),
+    }
     for student in ("a_correct", "b_wrong", "e_looping"):
         assert (root / "feedback" / student / "schedule" / "schedule.html").exists()
     graded = nbformat.read(root / "autograded" / "b_wrong" / "schedule" / "schedule.ipynb", as_version=4)

@@ -15,8 +15,10 @@ def test_split_sizes_and_alignment(multi30k_cache):
         assert len(pairs) == size
         assert all(en and de for en, de in pairs)
     first = data.load("test2016", cache=multi30k_cache, download=False)[0]
-    assert first == ("A man in an orange hat starring at something.",
-                     "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.")
+    assert first == (
+        "A man in an orange hat starring at something.",
+        "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+    )
 
 
 def test_lines_are_stripped_and_nbsp_normalised(multi30k_cache):

@@ -1,4 +1,5 @@
 """§6.1: beam search against exhaustive search, greedy, the key/value cache, length limits, translate(), averaging."""
+
 import copy
 import itertools
 
@@ -6,16 +7,29 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.decoding import (BOS, EOS, average_checkpoints, beam_search, greedy_decode, length_penalty, output_limits,
-                            translate, translate_ids)
+from aiayn.decoding import (
+    BOS,
+    EOS,
+    average_checkpoints,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    output_limits,
+    translate,
+    translate_ids,
+)
 from aiayn.model import TransformerConfig, make_model
 from aiayn.tokenization import Tokenizer
 
 SMALL = TransformerConfig(vocab_size=12, N=2, d_model=32, d_ff=64, h=4, P_drop=0.1, max_len=64)
-SRC = torch.tensor([[5, 6, 7, 8, 9, 2],  # a padded batch: 6, 3, 5 and 2 source tokens (</s> included)
-                    [4, 11, 2, 0, 0, 0],
-                    [7, 7, 3, 10, 2, 0],
-                    [9, 2, 0, 0, 0, 0]])
+SRC = torch.tensor(
+    [
+        [5, 6, 7, 8, 9, 2],  # a padded batch: 6, 3, 5 and 2 source tokens (</s> included)
+        [4, 11, 2, 0, 0, 0],
+        [7, 7, 3, 10, 2, 0],
+        [9, 2, 0, 0, 0, 0],
+    ]
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,6 +89,7 @@ def with_eos_bias(model, bias):
 
 # --- beam search finds the exhaustive optimum with a beam of |V|^L ------------------------------------------------
 
+
 def exhaustive_search(model, src, L, alpha):
     """Score every output the search can produce, (token ids without </s>, log p / lp), best first.
 
@@ -87,7 +102,7 @@ def exhaustive_search(model, src, L, alpha):
     tgt_in = torch.full((len(outputs), L), words[0])  # positions after the output are never attended to
     tgt_in[:, 0] = BOS
     for row, y in enumerate(outputs):
-        tgt_in[row, 1:len(y)] = torch.tensor(y[:-1], dtype=torch.long)
+        tgt_in[row, 1 : len(y)] = torch.tensor(y[:-1], dtype=torch.long)
     with torch.no_grad():
         logp = model.eval()(src.expand(len(outputs), -1), tgt_in).double().log_softmax(-1)  # (outputs, L, V)
     results = []
@@ -106,7 +121,7 @@ def test_beam_as_large_as_all_outputs_finds_the_exhaustive_optimum(alpha, L):
     hyps, scores = beam_search(model, src, beam_size=V**L, alpha=alpha, max_len=L)
     greedy_misses = 0
     for i in range(src.size(0)):
-        row = src[i:i + 1, : int((src[i] != 0).sum())]
+        row = src[i : i + 1, : int((src[i] != 0).sum())]
         ranked = exhaustive_search(model, row, L, alpha)
         (best, best_score), (_, second_score) = ranked[0], ranked[1]
         assert best_score - second_score > 1e-4  # a unique optimum: the comparison of sequences is meaningful
@@ -123,13 +138,18 @@ def test_beam_search_rejects_an_empty_beam(model):
 
 # --- beam size 1 is greedy search; the cache; batching ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_size_one_is_greedy(model, alpha):
     greedy, greedy_scores = greedy_decode(model, SRC)
     beam, beam_scores = beam_search(model, SRC, beam_size=1, alpha=alpha)
     assert beam == greedy
-    lengths = torch.tensor([min(len(y) + 1, limit)  # |y| counts </s>, or is the limit
-                            for y, limit in zip(greedy, output_limits(model, SRC).tolist())])
+    lengths = torch.tensor(
+        [
+            min(len(y) + 1, limit)  # |y| counts </s>, or is the limit
+            for y, limit in zip(greedy, output_limits(model, SRC).tolist())
+        ]
+    )
     assert len(set(lengths.tolist())) == 4 and (lengths < torch.tensor([56, 53, 55, 52])).all()  # all end with </s>
     torch.testing.assert_close(beam_scores, greedy_scores / length_penalty(lengths, alpha), rtol=0, atol=1e-5)
 
@@ -141,7 +161,7 @@ def test_greedy_scores_are_the_log_probabilities_of_the_outputs(model):
         out = y + [EOS] if len(y) < limit else y
         tgt_in = torch.tensor([[BOS] + out[:-1]])
         with torch.no_grad():
-            logp = model.eval()(SRC[i:i + 1], tgt_in).log_softmax(-1)[0]
+            logp = model.eval()(SRC[i : i + 1], tgt_in).log_softmax(-1)[0]
         assert scores[i].item() == pytest.approx(sum(logp[j, t].item() for j, t in enumerate(out)), abs=1e-4)
 
 
@@ -161,7 +181,7 @@ def test_batched_decoding_equals_decoding_each_sentence_alone(model):
     greedy, greedy_scores = greedy_decode(model, SRC)
     beam, beam_scores = beam_search(model, SRC, beam_size=4, alpha=0.6)
     for i in range(SRC.size(0)):
-        alone = SRC[i:i + 1, : int((SRC[i] != 0).sum())]  # no padding
+        alone = SRC[i : i + 1, : int((SRC[i] != 0).sum())]  # no padding
         tokens, scores = greedy_decode(model, alone)
         assert tokens[0] == greedy[i] and scores[0].item() == pytest.approx(greedy_scores[i].item(), abs=1e-5)
         tokens, scores = beam_search(model, alone, beam_size=4, alpha=0.6)
@@ -189,6 +209,7 @@ def test_beam_trace_holds_the_2k_best_candidates_of_the_first_sentence(model):
 
 
 # --- §6.1: maximum output length = input length + 50, early termination ------------------------------------------
+
 
 def test_output_limit_is_input_length_plus_50_capped_by_positions(model):
     assert output_limits(model, SRC).tolist() == [56, 53, 55, 52]  # non-padding source tokens + 50
@@ -292,8 +313,11 @@ def test_translate_too_long_input_raises_naming_the_sentence(tok, translator):
     long = "Zwei Hunde spielen im Schnee. " * 8
     n = len(tok.encode(long))
     assert n + 1 > 64
-    with pytest.raises(ValueError, match=rf"sentence 1 has {n} tokens plus </s>, but the model has only 64 positions "
-                                         r"\(max_len\); split the sentence"):
+    with pytest.raises(
+        ValueError,
+        match=rf"sentence 1 has {n} tokens plus </s>, but the model has only 64 positions "
+        r"\(max_len\); split the sentence",
+    ):
         translate(translator, tok, ["Ein Mann.", long])
 
 
@@ -315,13 +339,16 @@ def test_translate_characters_outside_the_vocabulary_do_not_crash(tok, translato
     assert all(isinstance(s, str) for s in out)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (None, "translate takes a sentence \\(str\\) or a list of sentences, got NoneType"),
-    (42, "got int"),
-    (b"Ein Mann.", "got bytes"),
-    (["Ein Mann.", [5, 6, 7]], "sentence 1 is a list, not a str; translate takes text"),
-    ([torch.tensor([5, 6])], "sentence 0 is a Tensor"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (None, "translate takes a sentence \\(str\\) or a list of sentences, got NoneType"),
+        (42, "got int"),
+        (b"Ein Mann.", "got bytes"),
+        (["Ein Mann.", [5, 6, 7]], "sentence 1 is a list, not a str; translate takes text"),
+        ([torch.tensor([5, 6])], "sentence 0 is a Tensor"),
+    ],
+)
 def test_translate_says_what_to_pass_when_given_no_text(tok, translator, bad, message):
     with pytest.raises(TypeError, match=message):
         translate(translator, tok, bad)
@@ -340,6 +367,7 @@ def test_translate_ids_is_translate_without_the_tokenizer(tok, translator):
 
 
 # --- §6.1 checkpoint averaging ------------------------------------------------------------------------------------
+
 
 def test_averaging_identical_checkpoints_returns_that_checkpoint_exactly():
     state = tiny().state_dict()
@@ -390,8 +418,11 @@ def test_averaging_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="needs at least one checkpoint"):
         average_checkpoints([])
     a = {"w": torch.zeros(2), "b": torch.zeros(1)}
-    with pytest.raises(ValueError, match=r"checkpoint 0 does not match the last one: missing \['b'\], "
-                                         r"unexpected \['c'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint 0 does not match the last one: missing \['b'\], "
+        r"unexpected \['c'\]",
+    ):
         average_checkpoints([{"w": torch.zeros(2), "c": torch.zeros(1)}, a])
     with pytest.raises(ValueError, match=r"checkpoint 1 has w of shape \(3,\), the last one \(2,\)"):
         average_checkpoints([a, {"w": torch.zeros(3), "b": torch.zeros(1)}, a])

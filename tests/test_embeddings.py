@@ -1,4 +1,5 @@
 """§3.4: scaled embeddings and three-way weight tying."""
+
 import math
 
 import torch

@@ -1,5 +1,7 @@
 """The one-command experiment: reference length, time budget, option errors, and a tiny run end to end."""
+
 import json
+from dataclasses import fields
 import os
 from pathlib import Path
 
@@ -11,8 +13,25 @@ from sacremoses import MosesTokenizer
 
 from aiayn import bleu, data, experiment
 
-TINY = ["--set", "d_model=32", "N=1", "d_ff=64", "h=2", "--bpe-size", "1000", "--max-tokens", "2000",
-        "--warmup", "20", "--average-last", "2", "--decode-batch", "256", "--limit-train", "4"]
+TINY = [
+    "--set",
+    "d_model=32",
+    "N=1",
+    "d_ff=64",
+    "h=2",
+    "--bpe-size",
+    "1000",
+    "--max-tokens",
+    "2000",
+    "--warmup",
+    "20",
+    "--average-last",
+    "2",
+    "--decode-batch",
+    "256",
+    "--limit-train",
+    "4",
+]
 LINES = {"val": 1014, "test2016": 1000, "test2017": 1000, "mscoco2017": 461, "test2018": 1071}
 
 
@@ -26,8 +45,10 @@ def test_reference_length_is_wu_et_al(multi30k_cache):
 
 
 def test_score_agrees_with_sacrebleu():
-    hyps, refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!"], ["Ein Mann fährt ein Fahrrad.",
-                                                                                "Zwei Hunde spielen im Schnee."]
+    hyps, refs = (
+        ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!"],
+        ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee."],
+    )
     s = experiment.score(hyps, refs, "de")
     assert s["sacrebleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
     assert s["sacrebleu"]["aiayn_bleu"] == pytest.approx(s["sacrebleu"]["score"], abs=1e-9)
@@ -37,14 +58,17 @@ def test_score_agrees_with_sacrebleu():
     assert s["tok_lc"]["ref_len"] == sum(len(t.split()) for t in tok)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "d_modle=32"], "expected FIELD=VALUE with FIELD one of"),
-    (["--set", "N=six"], "not a number"),
-    (["--set", "h=3"], "not divisible"),
-    (["--set", "vocab_size=500"], "--bpe-size"),
-    (["--preset", "huge"], "unknown --preset"),
-    (["--average-last", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "d_modle=32"], "expected FIELD=VALUE with FIELD one of"),
+        (["--set", "N=six"], "not a number"),
+        (["--set", "h=3"], "not divisible"),
+        (["--set", "vocab_size=500"], "--bpe-size"),
+        (["--preset", "huge"], "unknown --preset"),
+        (["--average-last", "0"], "at least 1"),
+    ],
+)
 def test_bad_options_say_what_to_do(tmp_path, capsys, argv, message):
     assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "out"), *argv]) == 2
     assert message in capsys.readouterr().err
@@ -59,10 +83,16 @@ def test_unknown_direction_and_leftover_checkpoints(tmp_path, capsys):
     assert "invalid choice: 'fp8'" in capsys.readouterr().err
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "step_00000001.pt").write_bytes(b"")
-    assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "o"), "--ckpt-dir", str(tmp_path / "ck")]) == 2
+    assert (
+        experiment.main(["--direction", "en-de", "--out", str(tmp_path / "o"), "--ckpt-dir", str(tmp_path / "ck")]) == 2
+    )
     assert "pass --resume" in capsys.readouterr().err
-    assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "o"),
-                            "--ckpt-dir", str(tmp_path / "o" / "ck")]) == 2
+    assert (
+        experiment.main(
+            ["--direction", "en-de", "--out", str(tmp_path / "o"), "--ckpt-dir", str(tmp_path / "o" / "ck")]
+        )
+        == 2
+    )
     assert "inside --out" in capsys.readouterr().err
 
 
@@ -86,16 +116,32 @@ def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread,
     assert "already holds the metrics.json" in capsys.readouterr().err
     # its checkpoints continue into a new --out
     assert experiment.main([*base, "--out", str(out), "--max-updates", "10", "--resume"]) == 0
-    assert {p.name for p in out.iterdir()} == {"metrics.json", "history.json", "attention.npz",
-                                               *(f"hyp.{s}.txt" for s in LINES)}
+    assert {p.name for p in out.iterdir()} == {
+        "metrics.json",
+        "history.json",
+        "attention.npz",
+        *(f"hyp.{s}.txt" for s in LINES),
+    }
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["updates"] == 10 and metrics["stopped_by"] == "max_updates"
     assert json.loads((out / "history.json").read_text())["step"] == list(range(1, 11))
     assert metrics["reference_check"]["test2016_de_tokens"] == 12103
     assert metrics["model_config"]["d_model"] == 32 and metrics["model_config"]["vocab_size"] == 1000
     assert metrics["averaged_checkpoints"] == ["step_00000008.pt", "step_00000010.pt"]
-    assert set(metrics["provenance"]) >= {"device", "torch", "git_commit", "git_dirty", "date", "command", "wall_s",
-                                          "concurrent_runs", "cpu", "cpu_cores", "cpu_features", "threads"}
+    assert set(metrics["provenance"]) >= {
+        "device",
+        "torch",
+        "git_commit",
+        "git_dirty",
+        "date",
+        "command",
+        "wall_s",
+        "concurrent_runs",
+        "cpu",
+        "cpu_cores",
+        "cpu_features",
+        "threads",
+    }
     assert set(metrics["provenance"]["wall_s"]) == {"setup", "train", "average", "decode_and_score", "write", "total"}
     assert metrics["provenance"]["device"].startswith("CPU: ") and "--resume" in metrics["provenance"]["command"]
     assert metrics["provenance"]["cpu_cores"] == os.cpu_count() and metrics["provenance"]["threads"] >= 1
@@ -126,13 +172,16 @@ def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread,
     assert not list(out.rglob("*.pt"))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--eps-ls", "1"], "--eps-ls must lie in [0, 1)"),
-    (["--bpe-size", "200"], "--bpe-size must exceed"),
-    (["--factor", "0"], "--factor must be positive"),
-    (["--resume", "--eval-only"], "give one of them"),
-    (["--pad-multiple", "0"], "--pad-multiple must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--eps-ls", "1"], "--eps-ls must lie in [0, 1)"),
+        (["--bpe-size", "200"], "--bpe-size must exceed"),
+        (["--factor", "0"], "--factor must be positive"),
+        (["--resume", "--eval-only"], "give one of them"),
+        (["--pad-multiple", "0"], "--pad-multiple must be at least 1"),
+    ],
+)
 def test_more_bad_options(tmp_path, capsys, argv, message):
     assert experiment.main(["--direction", "en-de", "--out", str(tmp_path / "out"), *argv]) == 2
     assert message in capsys.readouterr().err
@@ -144,16 +193,23 @@ def _python(code: str, tmp_path, *args, timeout=600, block_spacy=True, wait=True
     import subprocess
     import sys
 
-    prelude = ("import sys\nclass _NoSpacy:\n    def find_spec(self, name, path=None, target=None):\n"
-               "        if name.split('.')[0] == 'spacy':\n            raise ImportError('spaCy is blocked here')\n"
-               "sys.meta_path.insert(0, _NoSpacy())\n") if block_spacy else ""
+    prelude = (
+        (
+            "import sys\nclass _NoSpacy:\n    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'spacy':\n            raise ImportError('spaCy is blocked here')\n"
+            "sys.meta_path.insert(0, _NoSpacy())\n"
+        )
+        if block_spacy
+        else ""
+    )
     script = tmp_path / "run_it.py"
     script.write_text(prelude + code)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(experiment.ROOT)}
     cmd = [sys.executable, str(script), *args]
     if not wait:
-        return subprocess.Popen(cmd, cwd=experiment.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        return subprocess.Popen(
+            cmd, cwd=experiment.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     return subprocess.run(cmd, cwd=experiment.ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -164,6 +220,7 @@ RUN_EXPERIMENT = "import sys\nfrom aiayn import experiment\nsys.exit(experiment.
 def encoded_cache(multi30k_cache):
     """The encoded cache for the tiny runs (made here, with spaCy, so the runs under test can do without it)."""
     from aiayn import corpus
+
     corpus.encoded(1000)
     return multi30k_cache
 
@@ -171,11 +228,26 @@ def encoded_cache(multi30k_cache):
 def test_runs_without_spacy_from_the_encoded_cache(encoded_cache, tmp_path):
     """On a machine without spaCy (the GPU machine) a run reads the encoded cache and writes every output."""
     out = tmp_path / "out"
-    done = _python(RUN_EXPERIMENT, tmp_path, "--direction", "de-en", "--out", str(out), "--ckpt-dir",
-                   str(tmp_path / "ck"), *TINY, "--max-updates", "2")
+    done = _python(
+        RUN_EXPERIMENT,
+        tmp_path,
+        "--direction",
+        "de-en",
+        "--out",
+        str(out),
+        "--ckpt-dir",
+        str(tmp_path / "ck"),
+        *TINY,
+        "--max-updates",
+        "2",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert {p.name for p in out.iterdir()} == {"metrics.json", "history.json", "attention.npz",
-                                               *(f"hyp.{s}.txt" for s in LINES)}
+    assert {p.name for p in out.iterdir()} == {
+        "metrics.json",
+        "history.json",
+        "attention.npz",
+        *(f"hyp.{s}.txt" for s in LINES),
+    }
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["direction"] == "de-en" and metrics["data"]["encoded_cache"].endswith(".pt")
     with np.load(out / "attention.npz") as att:
@@ -199,8 +271,20 @@ def test_interrupted_run_resumes(encoded_cache, tmp_path):
     import time
 
     out, ck = tmp_path / "out", tmp_path / "ck"
-    args = ["--direction", "en-de", "--out", str(out), "--ckpt-dir", str(ck), *TINY[:-2], "--splits",
-            "--max-updates", "400", "--save-every", "1"]
+    args = [
+        "--direction",
+        "en-de",
+        "--out",
+        str(out),
+        "--ckpt-dir",
+        str(ck),
+        *TINY[:-2],
+        "--splits",
+        "--max-updates",
+        "400",
+        "--save-every",
+        "1",
+    ]
     proc = _python(RUN_EXPERIMENT, tmp_path, *args, wait=False)
     try:
         deadline = time.monotonic() + 300
@@ -232,14 +316,42 @@ def test_two_processes_equal_one_with_accumulation(encoded_cache, tmp_path):
     if torchrun is None:
         pytest.skip("torchrun is not installed beside this Python")
     common = ["--direction", "en-de", *TINY, "--set", "P_drop=0", "--max-updates", "3", "--splits"]
-    one = _python(RUN_EXPERIMENT, tmp_path, *common, "--accum", "2", "--out", str(tmp_path / "one"),
-                  "--ckpt-dir", str(tmp_path / "ck1"), block_spacy=False)
+    one = _python(
+        RUN_EXPERIMENT,
+        tmp_path,
+        *common,
+        "--accum",
+        "2",
+        "--out",
+        str(tmp_path / "one"),
+        "--ckpt-dir",
+        str(tmp_path / "ck1"),
+        block_spacy=False,
+    )
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     import os
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(experiment.ROOT)}
-    two = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "aiayn.experiment", *common,
-                          "--out", str(tmp_path / "two"), "--ckpt-dir", str(tmp_path / "ck2")],
-                         cwd=experiment.ROOT, env=env, capture_output=True, text=True, timeout=600)
+    two = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "aiayn.experiment",
+            *common,
+            "--out",
+            str(tmp_path / "two"),
+            "--ckpt-dir",
+            str(tmp_path / "ck2"),
+        ],
+        cwd=experiment.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
     m1, m2 = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("one", "two"))
     assert m1["processes"] == 1 and m2["processes"] == 2
@@ -261,18 +373,31 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
 
     root = experiment.ROOT
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for script, keys in (("train_throughput.py", {"ratio_tokens_per_s", "results", "provenance", "flops_method"}),
-                         ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"}),
-                         ("epoch_cost.py", {"batches", "loop", "provenance"})):
+    for script, keys in (
+        ("train_throughput.py", {"ratio_tokens_per_s", "results", "provenance", "flops_method"}),
+        ("decode_throughput.py", {"speedup_cache", "same_hypotheses", "results", "provenance"}),
+        ("epoch_cost.py", {"batches", "loop", "provenance"}),
+    ):
         out = tmp_path / f"{script}.json"
-        done = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(out)],
-                              cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(out)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(out.read_text())
         assert keys <= set(report) and report["provenance"]["device"].startswith("CPU: ") and report["config"]["quick"]
         assert report.get("same_hypotheses", True) is True
-        refused = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--quick", "--out",
-                                  str(root / "results" / "x.json")], cwd=root, env=env, capture_output=True, text=True)
+        refused = subprocess.run(
+            [sys.executable, str(root / "benchmarks" / script), "--quick", "--out", str(root / "results" / "x.json")],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert refused.returncode != 0 and "outside results/" in refused.stderr
     assert report["batches"]["batches_per_epoch"] > 0 and report["loop"]["ratio_book_over_bare"] > 0
 
@@ -281,15 +406,23 @@ def test_recipe_fills_what_the_command_line_leaves_out():
     """--recipe cpu sets its settings; options given beside it win; without a recipe the defaults hold."""
     cpu = experiment.RECIPES["cpu"]
     args = experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "cpu"])
-    assert (args.max_tokens, args.warmup, args.factor, args.epochs) == (cpu["max_tokens"], cpu["warmup"],
-                                                                        cpu["factor"], cpu["epochs"])
+    assert (args.max_tokens, args.warmup, args.factor, args.epochs) == (
+        cpu["max_tokens"],
+        cpu["warmup"],
+        cpu["factor"],
+        cpu["epochs"],
+    )
     assert args.time_budget == cpu["time_budget"] and args.clip_norm == cpu["clip_norm"]
     assert experiment.model_overrides(args.set) == cpu["set"]
-    args = experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "cpu", "--factor", "0.3",
-                                  "--set", "N=2", "P_drop=0.2"])
+    args = experiment.parse_args(
+        ["--direction", "en-de", "--out", "x", "--recipe", "cpu", "--factor", "0.3", "--set", "N=2", "P_drop=0.2"]
+    )
     assert args.factor == 0.3 and args.warmup == cpu["warmup"]
     assert experiment.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
     plain = experiment.parse_args(["--direction", "en-de", "--out", "x"])
-    assert {k: getattr(plain, k) for k in experiment.DEFAULTS} == experiment.DEFAULTS and plain.set == []
+    assert plain == experiment.RunConfig(direction="en-de", out="x") and plain.set == []
+    # one declaration: the command line is generated from RunConfig, and a config's command line parses back to it
+    assert {a.dest for a in experiment.parser()._actions} - {"help"} == {f.name for f in fields(experiment.RunConfig)}
+    assert experiment.parse_args(experiment.to_argv(args)) == args
     with pytest.raises(SystemExit):
         experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "laptop"])

@@ -1,5 +1,8 @@
 """The package is generated from the chapters' export cells; it must match them exactly."""
+
 import json
+
+import pytest
 
 from aiayn import _export
 
@@ -11,6 +14,7 @@ def test_package_in_sync_with_chapters(capsys):
 def test_export_collects_tagged_cells_in_order(tmp_path):
     def code(source, *tags):
         return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source}
+
     cells = [
         code("import math"),
         {"cell_type": "markdown", "metadata": {"tags": ["export"]}, "source": "not code"},
@@ -24,8 +28,10 @@ def test_export_collects_tagged_cells_in_order(tmp_path):
     (tmp_path / "01_toy.ipynb").write_text(json.dumps(notebook))
     modules = _export.collect(tmp_path)
     where = "# book/01_toy.ipynb: The toy\n"  # the chapter and section each block comes from
-    assert modules == {"toy": (["book/01_toy.ipynb"], [where + "def f():\n    return 1", where + "def g():\n    return 2"]),
-                       "other": (["book/01_toy.ipynb"], [where + "X = 2"])}
+    assert modules == {
+        "toy": (["book/01_toy.ipynb"], [where + "def f():\n    return 1", where + "def g():\n    return 2"]),
+        "other": (["book/01_toy.ipynb"], [where + "X = 2"]),
+    }
     text = _export.render(*modules["toy"])
     assert text.startswith("# Generated from book/01_toy.ipynb")
     assert text.endswith("def g():\n    return 2\n")
@@ -37,3 +43,34 @@ def test_a_chapter_shows_no_marker_comments():
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             source = _export._source(cell)
             assert "NBVAL_" not in source and "#| " not in source, (path.name, source[:80])
+
+
+def test_the_formatter_leaves_exactly_the_generated_modules_alone():
+    """ruff formats the hand-written code; the modules the chapters write keep the chapters' form."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((_export.ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    excluded = {p for p in config["extend-exclude"] if p.startswith("aiayn/")}
+    assert excluded == {f"aiayn/{name}.py" for name in _export.generated_files()}
+
+
+def test_no_function_outside_the_checks_is_longer_than_80_lines():
+    """A function a maintainer reads in one screen; the checks (long tables of cases) excepted."""
+    import ast
+
+    long = []
+    for path in sorted(_export.PACKAGE.glob("*.py")):
+        if path.name == "checks.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
+
+
+def test_the_results_pages_import_nothing_that_trains():
+    import subprocess
+    import sys
+
+    code = "import sys, aiayn.results, aiayn.glue; print(sorted(m for m in sys.modules if m.startswith('aiayn.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert not {"aiayn.training", "aiayn.experiment", "aiayn.plan", "aiayn.variations"} & set(eval(loaded))

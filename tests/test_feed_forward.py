@@ -1,4 +1,5 @@
 """§3.3: the position-wise feed-forward network (aiayn.feed_forward)."""
+
 import pytest
 import torch
 from torch import nn
@@ -61,8 +62,14 @@ def test_dropout_only_in_training():
     assert not torch.allclose(a, f(x))
 
 
-@pytest.mark.parametrize("kwargs, word", [(dict(d_model=0, d_ff=4), "d_model"), (dict(d_model=4, d_ff=-2), "d_ff"),
-                                          (dict(d_model=4, d_ff=8, P_drop=1.0), "P_drop")])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(d_model=0, d_ff=4), "d_model"),
+        (dict(d_model=4, d_ff=-2), "d_ff"),
+        (dict(d_model=4, d_ff=8, P_drop=1.0), "P_drop"),
+    ],
+)
 def test_bad_config_raises(kwargs, word):
     with pytest.raises(ValueError, match=word):
         PositionwiseFeedForward(**kwargs)

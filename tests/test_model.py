@@ -1,4 +1,5 @@
 """§3.1: configuration, layers, the full model, and its parameter counts."""
+
 import dataclasses
 import math
 
@@ -6,8 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.model import (PRESETS, SublayerConnection, Transformer, TransformerConfig, count_parameters, make_model,
-                         parameter_count)
+from aiayn.model import (
+    PRESETS,
+    SublayerConnection,
+    Transformer,
+    TransformerConfig,
+    count_parameters,
+    make_model,
+    parameter_count,
+)
 
 SMALL = dict(vocab_size=60, N=2, d_model=32, d_ff=64, h=4, P_drop=0.0, max_len=64)
 
@@ -25,6 +33,7 @@ def batch():
 
 # --- configuration -------------------------------------------------------------------------------------------
 
+
 def test_presets_and_replace():
     assert set(PRESETS) == {"base", "big", "multi30k"}
     base = PRESETS["base"]
@@ -37,18 +46,21 @@ def test_presets_and_replace():
         base.N = 3
 
 
-@pytest.mark.parametrize("bad, words", [
-    (dict(h=7), "d_model=512 is not divisible by h=7"),
-    (dict(d_model=100, h=8), "not divisible"),
-    (dict(P_drop=1.0), "P_drop must lie in [0, 1)"),
-    (dict(P_drop=-0.1), "P_drop"),
-    (dict(eps_ls=1.5), "eps_ls"),
-    (dict(N=0), "N must be a positive integer"),
-    (dict(d_ff=-3), "d_ff must be a positive integer"),
-    (dict(vocab_size=0), "vocab_size"),
-    (dict(d_k=0), "d_k must be a positive integer"),
-    (dict(pad_id=37000), "pad_id"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (dict(h=7), "d_model=512 is not divisible by h=7"),
+        (dict(d_model=100, h=8), "not divisible"),
+        (dict(P_drop=1.0), "P_drop must lie in [0, 1)"),
+        (dict(P_drop=-0.1), "P_drop"),
+        (dict(eps_ls=1.5), "eps_ls"),
+        (dict(N=0), "N must be a positive integer"),
+        (dict(d_ff=-3), "d_ff must be a positive integer"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(d_k=0), "d_k must be a positive integer"),
+        (dict(pad_id=37000), "pad_id"),
+    ],
+)
 def test_bad_config_raises_value_error_naming_the_problem(bad, words):
     with pytest.raises(ValueError) as err:
         PRESETS["base"].replace(**bad)
@@ -61,6 +73,7 @@ def test_make_model_unknown_preset():
 
 
 # --- parameter counts ----------------------------------------------------------------------------------------
+
 
 def test_base_count_at_37000_is_exact():
     c = PRESETS["base"].replace(vocab_size=37000)
@@ -81,10 +94,23 @@ def test_every_preset_count_equals_closed_form(name):
     assert count_parameters(model) == parameter_count(PRESETS[name])
 
 
-@pytest.mark.parametrize("change", [
-    dict(d_k=16), dict(d_k=32), dict(N=2), dict(N=8), dict(d_model=256), dict(d_model=1024), dict(d_ff=1024),
-    dict(d_ff=4096), dict(h=16), dict(norm_first=True), dict(learned_positions=True), dict(tie_weights=False),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(d_k=16),
+        dict(d_k=32),
+        dict(N=2),
+        dict(N=8),
+        dict(d_model=256),
+        dict(d_model=1024),
+        dict(d_ff=1024),
+        dict(d_ff=4096),
+        dict(h=16),
+        dict(norm_first=True),
+        dict(learned_positions=True),
+        dict(tie_weights=False),
+    ],
+)
 def test_table3_variations_count_equals_closed_form(change):
     c = PRESETS["base"].replace(**change)
     with torch.device("meta"):
@@ -98,11 +124,13 @@ def test_multi30k_preset_built_for_real():
 
 # --- layers and the model ------------------------------------------------------------------------------------
 
+
 def test_sublayer_post_ln_and_pre_ln():
     x, f = torch.randn(2, 3, 8), nn.Linear(8, 8)
     torch.testing.assert_close(SublayerConnection(8, 0.0)(x, f), nn.functional.layer_norm(x + f(x), (8,)))
-    torch.testing.assert_close(SublayerConnection(8, 0.0, norm_first=True)(x, f),
-                               x + f(nn.functional.layer_norm(x, (8,))))
+    torch.testing.assert_close(
+        SublayerConnection(8, 0.0, norm_first=True)(x, f), x + f(nn.functional.layer_norm(x, (8,)))
+    )
 
 
 def test_shapes_and_generator_tied():
@@ -122,13 +150,14 @@ def test_initialisation_tensor2tensor():
     torch.manual_seed(0)
     model = make_model(TransformerConfig(vocab_size=4000, N=1, d_model=64, d_ff=128, h=4))
     table = model.src_embed.lut.weight
-    assert table.std().item() == pytest.approx(64 ** -0.5, rel=0.02) and abs(table.mean().item()) < 0.005
+    assert table.std().item() == pytest.approx(64**-0.5, rel=0.02) and abs(table.mean().item()) < 0.005
     for name, p in model.named_parameters():
         if name.endswith("bias"):
             assert torch.equal(p, torch.zeros_like(p)), name
         elif p.dim() == 2 and p is not table:
-            bound = math.sqrt(6 / sum(p.shape)) / (math.sqrt(2) if name.endswith(("Q.weight", "K.weight", "V.weight"))
-                                                   else 1)
+            bound = math.sqrt(6 / sum(p.shape)) / (
+                math.sqrt(2) if name.endswith(("Q.weight", "K.weight", "V.weight")) else 1
+            )
             assert 0.9 * bound < p.abs().max() <= bound, name
         elif p is not table:
             assert torch.equal(p, torch.ones_like(p)), name  # LayerNorm gains
@@ -168,7 +197,7 @@ def test_cached_decoding_equals_full_decoding():
         full = model.decode(tgt, memory, src_mask)
         cache = model.new_cache()
         assert len(cache) == model.config.N
-        steps = [model.decode(tgt[:, i:i + 1], memory, src_mask, cache=cache, start=i) for i in range(tgt.size(1))]
+        steps = [model.decode(tgt[:, i : i + 1], memory, src_mask, cache=cache, start=i) for i in range(tgt.size(1))]
         torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=0)
         cache = model.new_cache()  # a prefix of several tokens, then one more
         first = model.decode(tgt[:, :4], memory, src_mask, cache=cache)
@@ -225,6 +254,11 @@ def test_equals_pytorch_nn_transformer(size):
         memory, src_mask = model.encode(src)
         ours = model.decode(tgt, memory, src_mask)
         x_src, x_tgt = model.src_pe(model.src_embed(src)), model.tgt_pe(model.tgt_embed(tgt))
-        theirs = ref(x_src, x_tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.size(1)),
-                     src_key_padding_mask=pad, memory_key_padding_mask=pad)
+        theirs = ref(
+            x_src,
+            x_tgt,
+            tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.size(1)),
+            src_key_padding_mask=pad,
+            memory_key_padding_mask=pad,
+        )
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)

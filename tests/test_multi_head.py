@@ -1,4 +1,5 @@
 """§3.2.2-3.2.3: multi-head attention, its masks, and the incremental key/value cache (aiayn.multi_head)."""
+
 import pytest
 import torch
 
@@ -41,10 +42,16 @@ def test_d_model_not_divisible_by_h_raises():
         MultiHeadAttention(10, 3)
 
 
-@pytest.mark.parametrize("kwargs, word", [(dict(d_model=0, h=1), "d_model"), (dict(d_model=8, h=0), "h"),
-                                          (dict(d_model=8, h=2, d_k=-1), "d_k"),
-                                          (dict(d_model=8, h=2, P_drop=1.0), "P_drop"),
-                                          (dict(d_model=8, h=2, P_drop=-0.1), "P_drop")])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(d_model=0, h=1), "d_model"),
+        (dict(d_model=8, h=0), "h"),
+        (dict(d_model=8, h=2, d_k=-1), "d_k"),
+        (dict(d_model=8, h=2, P_drop=1.0), "P_drop"),
+        (dict(d_model=8, h=2, P_drop=-0.1), "P_drop"),
+    ],
+)
 def test_bad_sizes_raise(kwargs, word):
     with pytest.raises(ValueError, match=word):
         MultiHeadAttention(**kwargs)
@@ -92,7 +99,7 @@ def test_cache_gives_the_outputs_of_full_recomputation():
     full, w_full = cross_attn(y, memory, memory, src_mask, need_weights=True)
     self_cache, cross_cache, outs = {}, {}, []
     for t in range(7):
-        x_t = x[:, t:t + 1]
+        x_t = x[:, t : t + 1]
         y_t, _ = self_attn(x_t, x_t, x_t, cache=self_cache)
         assert self_cache["k"].shape == (2, 4, t + 1, 8)
         z_t, w_t = cross_attn(y_t, memory, memory, src_mask, cache=cross_cache, static_kv=True, need_weights=True)

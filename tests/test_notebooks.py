@@ -1,4 +1,5 @@
 """Every chapter is a well-formed, standalone notebook with the book's structure."""
+
 import json
 import re
 from pathlib import Path
@@ -24,13 +25,15 @@ def test_title_then_set_up_cell(path):
     installs the package when it is missing (cell 1, tagged remove-cell, so readers of the website never see it)."""
     title, setup = cells(path)[:2]
     assert title["cell_type"] == "markdown" and re.match(r"# §\S+ \S", text(title)), (
-        f"{path.name}: cell 0 must be the title, '# §x.y Title', followed by the paper's words")
+        f"{path.name}: cell 0 must be the title, '# §x.y Title', followed by the paper's words"
+    )
     assert "**Paper, §" in text(title), f"{path.name}: the title cell quotes the paper, marked **Paper, §x.y:**"
     assert setup["cell_type"] == "code", f"{path.name}: cell 1 must be the set-up code cell"
     assert 'if importlib.util.find_spec("aiayn") is None:' in text(setup)
-    assert f"\"{REPO_URL}\"" in text(setup) and "git\", \"clone" in text(setup)
+    assert f'"{REPO_URL}"' in text(setup) and 'git", "clone' in text(setup)
     assert "remove-cell" in setup["metadata"].get("tags", []), (
-        f"{path.name}: tag the set-up cell `remove-cell`, so the page starts with the title")
+        f"{path.name}: tag the set-up cell `remove-cell`, so the page starts with the title"
+    )
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

@@ -1,5 +1,6 @@
 """The GPU plan: every stage rehearsed on the CPU (tiny), the results chapters executed on what it wrote, and the
 hand-over of a GPU stage's output into results/ and pretrained/."""
+
 import json
 import os
 import re
@@ -9,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from aiayn import plan, pretrained
+from aiayn import experiment, plan, pretrained
 from aiayn.provenance import ROOT
 
 
@@ -23,8 +24,14 @@ def rehearsal(tmp_path_factory, multi30k_cache):
     out = tmp_path_factory.mktemp("plan") / "rehearsal"
     before = _tree(ROOT / "results"), _tree(ROOT / "pretrained"), pretrained.REGISTRY.read_bytes()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "aiayn.plan", "rehearse", "--out", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1500)
+    done = subprocess.run(
+        [sys.executable, "-m", "aiayn.plan", "rehearse", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     after = _tree(ROOT / "results"), _tree(ROOT / "pretrained"), pretrained.REGISTRY.read_bytes()
     return out, done, before == after
 
@@ -48,7 +55,9 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
         assert set(metrics["bleu"]) == {"val", "test2016", "test2017", "mscoco2017", "test2018"}
     registry = json.loads((out / "pretrained" / "pretrained.json").read_text())
     assert set(registry) == {"gpu-en-de", "gpu-de-en"}
-    model = pretrained.load("gpu-en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained")
+    model = pretrained.load(
+        "gpu-en-de", registry_path=out / "pretrained" / "pretrained.json", folder=out / "pretrained"
+    )
     assert isinstance(model.translate("Two dogs play in the snow."), str)
     for name in ("bench_train.json", "bench_decode.json", "bench_epoch.json", "layers_gpu.json", "scaling.json"):
         assert (out / name).is_file(), name
@@ -62,21 +71,33 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
     assert done.returncode == 0
     for name in ("12_results", "13_variations"):
         cells = json.loads((out / "chapters" / f"{name}.ipynb").read_text())["cells"]
-        text = "".join(str(o.get("text", "")) + json.dumps(o.get("data", {}))
-                       for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+        text = "".join(
+            str(o.get("text", "")) + json.dumps(o.get("data", {}))
+            for c in cells
+            if c["cell_type"] == "code"
+            for o in c.get("outputs", [])
+        )
         assert "Traceback" not in text, name
         missing = re.findall(r"([\w.-]+): not stored yet", text)
         # GPU only, and the CPU runs, which live in results/, not in the rehearsal's folder
-        assert set(missing) <= {"bench_train_compiled.json", "bench_train_multi30k.json", "cpu-en-de", "cpu-de-en",
-                                "cpu-floor-en-de", "cpu-search", "gpu-search"}, (name, missing)
+        assert set(missing) <= {
+            "bench_train_compiled.json",
+            "bench_train_multi30k.json",
+            "cpu-en-de",
+            "cpu-de-en",
+            "cpu-floor-en-de",
+            "cpu-search",
+            "gpu-search",
+        }, (name, missing)
     assert "floor" in json.dumps(json.loads((out / "chapters" / "12_results.ipynb").read_text()))
 
 
 def test_cpu_runs_never_go_into_results(rehearsal, tmp_path):
     out, _, _ = rehearsal
     with pytest.raises(plan.PlanError, match="holds CPU runs"):
-        plan.install(out, results=tmp_path / "results", models=tmp_path / "models",
-                     registry_path=tmp_path / "registry.json")
+        plan.install(
+            out, results=tmp_path / "results", models=tmp_path / "models", registry_path=tmp_path / "registry.json"
+        )
     assert not (tmp_path / "results").exists()
 
 
@@ -98,9 +119,12 @@ def test_pack_and_install_a_gpu_stage(rehearsal, tmp_path):
     assert len(parts) > 1 and all(p.stat().st_size <= 50_000 for p in parts)
     registry = tmp_path / "registry.json"
     registry.write_text(json.dumps({"other": {"file": "other.pt"}}))
-    copied = plan.install(tmp_path / "parts", results=tmp_path / "results", models=tmp_path / "models",
-                          registry_path=registry)
-    assert (tmp_path / "results" / "gpu-en-de" / "metrics.json").is_file() and not (tmp_path / "results" / "logs").exists()
+    copied = plan.install(
+        tmp_path / "parts", results=tmp_path / "results", models=tmp_path / "models", registry_path=registry
+    )
+    assert (tmp_path / "results" / "gpu-en-de" / "metrics.json").is_file() and not (
+        tmp_path / "results" / "logs"
+    ).exists()
     assert not list((tmp_path / "results").rglob("*.pt"))
     assert (tmp_path / "models" / "gpu-en-de.pt").read_bytes() == (out / "pretrained" / "gpu-en-de.pt").read_bytes()
     assert set(json.loads(registry.read_text())) == {"other", "gpu-en-de", "gpu-de-en"}
@@ -122,10 +146,15 @@ def test_the_gpu_profile_needs_a_gpu_and_results_hold_no_rehearsal(tmp_path, cap
 def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
     text = plan.show("gpu")
     assert text.count("\n") >= 3 and "search:" in text and "final:" in text and "speed: python" in text
-    argv = plan.recipe_argv({"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
-                            ["--set", "d_model=32", "P_drop=0.1", "--max-tokens", "2000", "--warmup", "10"])
-    assert argv == ["--set", "d_model=32", "P_drop=0.4", "--max-tokens", "4000", "--warmup", "10", "--factor", "2.5"]
-    assert plan.recipe_argv(None, ["--warmup", "10"]) == ["--warmup", "10"]
+    config = plan.recipe_config(
+        {"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
+        {"set": ["d_model=32", "P_drop=0.1"], "max_tokens": 2000, "warmup": 10},
+    )
+    assert config.set == ["d_model=32", "P_drop=0.4"]
+    assert (config.max_tokens, config.warmup, config.factor) == (4000, 10, 2.5)
+    assert plan.recipe_config(None, {"warmup": 10}).warmup == 10
+    gpu = plan.recipe_config(None, plan.PROFILES["gpu"]["final"]["settings"])  # the GPU recipe, as named
+    assert experiment.to_argv(gpu)[-2:] == ["--recipe", "gpu"] and gpu.max_tokens == 8192
 
 
 def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """§3.5: the sinusoidal encoding, its identities, and the layer."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """Shipped models: export a run, find it by name (checkout, cache, download), verify it, and fail clearly."""
+
 import json
 
 import pytest
@@ -9,8 +10,14 @@ from aiayn.decoding import translate
 from aiayn.model import TransformerConfig, make_model
 from aiayn.tokenization import Tokenizer
 
-SENTENCES = ["Two dogs play in the snow.", "Zwei Hunde spielen im Schnee.", "A man rides a bike.",
-             "Ein Mann fährt Fahrrad.", "A woman sits on a bench.", "Eine Frau sitzt auf einer Bank."]
+SENTENCES = [
+    "Two dogs play in the snow.",
+    "Zwei Hunde spielen im Schnee.",
+    "A man rides a bike.",
+    "Ein Mann fährt Fahrrad.",
+    "A woman sits on a bench.",
+    "Eine Frau sitzt auf einer Bank.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +32,23 @@ def run(tmp_path_factory):
     config = TransformerConfig(vocab_size=len(tokenizer), N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, max_len=64)
     torch.manual_seed(0)
     model = make_model(config)
-    torch.save({"model_config": vars(config), "model": model.state_dict(), "layers": "aiayn", "direction": "en-de"},
-               ckpt / "averaged.pt")
+    torch.save(
+        {"model_config": vars(config), "model": model.state_dict(), "layers": "aiayn", "direction": "en-de"},
+        ckpt / "averaged.pt",
+    )
     score = {"sacrebleu": {"score": 1.5}, "tok_lc": {"score": 2.5}}
-    (results / "metrics.json").write_text(json.dumps({
-        "direction": "en-de", "layers": "aiayn", "parameters": 1234, "updates": 10,
-        "bleu": {"val": score, "test2016": score}, "provenance": {"device": "cpu", "git_commit": "abc"}}))
+    (results / "metrics.json").write_text(
+        json.dumps(
+            {
+                "direction": "en-de",
+                "layers": "aiayn",
+                "parameters": 1234,
+                "updates": 10,
+                "bleu": {"val": score, "test2016": score},
+                "provenance": {"device": "cpu", "git_commit": "abc"},
+            }
+        )
+    )
     return ckpt, results, model, tokenizer
 
 
@@ -41,8 +59,14 @@ def shipped(run, tmp_path):
     server, registry = tmp_path / "server", tmp_path / "registry" / "pretrained.json"
     registry.parent.mkdir()
     entry = pretrained.export("en-de", ckpt, results, folder=server, registry_path=registry)
-    where = {"registry_path": registry, "folder": tmp_path / "checkout", "cache": tmp_path / "cache",
-             "urls": (f"file://{server}/{{file}}",), "retries": 1, "timeout": 5}
+    where = {
+        "registry_path": registry,
+        "folder": tmp_path / "checkout",
+        "cache": tmp_path / "cache",
+        "urls": (f"file://{server}/{{file}}",),
+        "retries": 1,
+        "timeout": 5,
+    }
     return entry, server, where
 
 

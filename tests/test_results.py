@@ -1,4 +1,5 @@
 """§6.1 results: the loaders, tables and charts of aiayn.results on a small results folder written here."""
+
 import json
 import math
 
@@ -7,37 +8,82 @@ import pytest
 
 from aiayn import results
 
-PROVENANCE = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.13.0+cu128", "cuda": "12.8", "python": "3.11.7",
-              "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": False,
-              "date": "2026-01-02T03:04:05+00:00", "command": "python -m aiayn.experiment --direction en-de",
-              "concurrent_runs": 4}
+PROVENANCE = {
+    "device": "NVIDIA H100 80GB HBM3",
+    "torch": "2.13.0+cu128",
+    "cuda": "12.8",
+    "python": "3.11.7",
+    "git_commit": "0123456789abcdef0123456789abcdef01234567",
+    "git_dirty": False,
+    "date": "2026-01-02T03:04:05+00:00",
+    "command": "python -m aiayn.experiment --direction en-de",
+    "concurrent_runs": 4,
+}
 
 
 def split_scores(score: float, n: int) -> dict:
-    return {"file": "x", "sentences": n, "decode_s": 2.0,
-            "sacrebleu": {"score": score, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                          "bp": 0.95, "sys_len": 950, "ref_len": 1000, "precisions": [1, 1, 1, 1], "text": ""},
-            "tok_lc": {"score": score + 0.5, "signature": "nrefs:1|case:mixed|eff:no|tok:none", "bp": 1.0,
-                       "sys_len": 1, "ref_len": 1, "precisions": [1, 1, 1, 1], "text": ""}}
+    return {
+        "file": "x",
+        "sentences": n,
+        "decode_s": 2.0,
+        "sacrebleu": {
+            "score": score,
+            "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "bp": 0.95,
+            "sys_len": 950,
+            "ref_len": 1000,
+            "precisions": [1, 1, 1, 1],
+            "text": "",
+        },
+        "tok_lc": {
+            "score": score + 0.5,
+            "signature": "nrefs:1|case:mixed|eff:no|tok:none",
+            "bp": 1.0,
+            "sys_len": 1,
+            "ref_len": 1,
+            "precisions": [1, 1, 1, 1],
+            "text": "",
+        },
+    }
 
 
 def metrics(direction="en-de", N=4, P_drop=0.3, val_bleu=40.0) -> dict:
     src, tgt = direction.split("-")
     return {
-        "direction": direction, "src_lang": src, "tgt_lang": tgt, "layers": "aiayn",
+        "direction": direction,
+        "src_lang": src,
+        "tgt_lang": tgt,
+        "layers": "aiayn",
         "bleu": {split: split_scores(val_bleu if split == "val" else 41.25, 3) for split in results.SPLITS},
-        "val": {"loss": 2.5, "nll": 1.5, "ppl": math.exp(1.5)}, "parameters": 9_400_000, "updates": 6000, "epochs": 25,
-        "stopped_by": "time budget", "averaged_checkpoints": [f"step_{i:08d}.pt" for i in range(10)],
+        "val": {"loss": 2.5, "nll": 1.5, "ppl": math.exp(1.5)},
+        "parameters": 9_400_000,
+        "updates": 6000,
+        "epochs": 25,
+        "stopped_by": "time budget",
+        "averaged_checkpoints": [f"step_{i:08d}.pt" for i in range(10)],
         "decoding": {"beam_size": 4, "alpha": 0.6, "max_output": "input length + 50", "batch": 128},
-        "model_config": {"vocab_size": 8000, "N": N, "d_model": 256, "d_ff": 1024, "h": 4, "P_drop": P_drop,
-                         "eps_ls": 0.1},
+        "model_config": {
+            "vocab_size": 8000,
+            "N": N,
+            "d_model": 256,
+            "d_ff": 1024,
+            "h": 4,
+            "P_drop": P_drop,
+            "eps_ls": 0.1,
+        },
         "data": {"bpe_size": 8000, "max_tokens": 8000, "limit_train_batches": None},
         "provenance": {**PROVENANCE, "wall_s": {"setup": 5.0, "train": 440.4, "total": 538.6}, "time_budget_s": 540},
     }
 
 
-HISTORY = {"step": [1, 2, 3, 4, 5], "loss": [9.0, 8.0, 7.0, 6.0, 5.0], "lr": [1e-4] * 5, "epoch": [1, 1, 2, 2, 3],
-           "val_loss": [7.5, 6.5], "val_ppl": [100.0, 50.0]}
+HISTORY = {
+    "step": [1, 2, 3, 4, 5],
+    "loss": [9.0, 8.0, 7.0, 6.0, 5.0],
+    "lr": [1e-4] * 5,
+    "epoch": [1, 1, 2, 2, 3],
+    "val_loss": [7.5, 6.5],
+    "val_ppl": [100.0, 50.0],
+}
 
 
 def attention() -> dict:
@@ -50,12 +96,18 @@ def attention() -> dict:
 
     out = {}
     for k in range(3):
-        out.update({f"s{k}_enc_self": weights(N, h, S, S), f"s{k}_dec_self": weights(N, h, T, T),
-                    f"s{k}_cross": weights(N, h, T, S),
-                    f"s{k}_src_tokens": np.array(["▁A", "▁dog", ".", "</s>"]),
-                    f"s{k}_tgt_tokens": np.array(["<s>", "▁Ein", "▁Hund", "\"", "."]),
-                    f"s{k}_source": np.array("A dog."), f"s{k}_hypothesis": np.array("Ein Hund."),
-                    f"s{k}_reference": np.array("Ein Hund.")})
+        out.update(
+            {
+                f"s{k}_enc_self": weights(N, h, S, S),
+                f"s{k}_dec_self": weights(N, h, T, T),
+                f"s{k}_cross": weights(N, h, T, S),
+                f"s{k}_src_tokens": np.array(["▁A", "▁dog", ".", "</s>"]),
+                f"s{k}_tgt_tokens": np.array(["<s>", "▁Ein", "▁Hund", '"', "."]),
+                f"s{k}_source": np.array("A dog."),
+                f"s{k}_hypothesis": np.array("Ein Hund."),
+                f"s{k}_reference": np.array("Ein Hund."),
+            }
+        )
     return out
 
 
@@ -77,13 +129,17 @@ def test_load_run_and_missing_files(run_dir, tmp_path):
     assert run["metrics"]["updates"] == 6000
     # one line per sentence: an empty output stays a line, and U+2028 inside a line does not split it
     assert results.hypotheses(run, "test2016") == ["Ein Hund läuft.", "", "Zwei\u2028Katzen."]
-    assert results.missing("gpu-de-en") == ("gpu-de-en: not stored yet. It is made on a GPU by\n"
-                                            "    python -m aiayn.experiment --recipe gpu --direction de-en --out\n"
-                                            "      results/gpu-de-en")
+    assert results.missing("gpu-de-en") == (
+        "gpu-de-en: not stored yet. It is made on a GPU by\n"
+        "    python -m aiayn.experiment --recipe gpu --direction de-en --out\n"
+        "      results/gpu-de-en"
+    )
     assert "--layers torch" in results.missing("gpu-floor-en-de")
-    assert results.missing("cpu-de-en") == ("cpu-de-en: not stored yet. It is made by\n"
-                                            "    python -m aiayn.experiment --recipe cpu --direction de-en --out\n"
-                                            "      results/cpu-de-en")
+    assert results.missing("cpu-de-en") == (
+        "cpu-de-en: not stored yet. It is made by\n"
+        "    python -m aiayn.experiment --recipe cpu --direction de-en --out\n"
+        "      results/cpu-de-en"
+    )
     names = [*results.STAGE, *results.RUNS]
     assert all(len(line) <= 79 for name in names for line in results.missing(name).splitlines())
     assert "aiayn.plan run speed" in results.missing("bench_train.json")
@@ -94,16 +150,20 @@ def test_provenance_and_config_lines(run_dir):
     m = results.load_run(run_dir)["metrics"]
     assert results.provenance_line(m) == (
         "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128, CUDA 12.8 | commit 0123456789 | 2026-01-02 | 4 run(s) sharing "
-        "the device | 539 s in all, 440 s of training\n  command: python -m aiayn.experiment --direction en-de")
+        "the device | 539 s in all, 440 s of training\n  command: python -m aiayn.experiment --direction en-de"
+    )
     cpu = {**PROVENANCE, "device": "CPU: Intel(R) Xeon(R) Processor", "cpu_cores": 2, "threads": 2, "cuda": None}
     assert results.provenance_line({"provenance": cpu}).startswith(
-        "CPU: Intel(R) Xeon(R) Processor, 2 cores, 2 thread(s) | torch 2.13.0+cu128 | commit 0123456789 | 2026")
+        "CPU: Intel(R) Xeon(R) Processor, 2 cores, 2 thread(s) | torch 2.13.0+cu128 | commit 0123456789 | 2026"
+    )
     assert results.provenance_line({"provenance": {**PROVENANCE, "git_dirty": True, "cuda": None}}).startswith(
-        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128 | commit 0123456789 with uncommitted changes | 2026-01-02 | 4 run")
+        "NVIDIA H100 80GB HBM3 | torch 2.13.0+cu128 | commit 0123456789 with uncommitted changes | 2026-01-02 | 4 run"
+    )
     assert results.config_line(m) == (
         "aiayn layers, N=4 d_model=256 d_ff=1024 h=4 P_drop=0.3 eps_ls=0.1, 9.40M parameters; joint BPE 8000, "
         "8000-token batches; 6000 updates in 25 epochs (stopped by time budget); average of 10 checkpoints; beam 4, "
-        "alpha 0.6; fp32")
+        "alpha 0.6; fp32"
+    )
     described = results.describe(results.load_run(run_dir), "ours")
     assert described.endswith("sacreBLEU signature:\n    nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")
     assert all(len(line) <= 79 for line in described.splitlines())  # printed in the chapter's 79 columns
@@ -163,7 +223,11 @@ def test_attention_chart_has_selectors_and_small_data(run_dir):
     assert spec["encoding"]["x"]["scale"]["domain"] == [0, 1, 2, 3]
     assert spec["encoding"]["y"]["axis"]["labelExpr"] == '["<s>", "▁Ein", "▁Hund", "\\"", "."][datum.value]'
     cut = results.attention_chart(att, 0, "dec_self", max_positions=3).to_dict()
-    assert len(next(iter(cut["datasets"].values()))) <= 2 * 3 * 3 * 3 and cut["encoding"]["x"]["scale"]["domain"] == [0, 1, 2]
+    assert len(next(iter(cut["datasets"].values()))) <= 2 * 3 * 3 * 3 and cut["encoding"]["x"]["scale"]["domain"] == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_sentence_frame_and_error_profile():
@@ -173,47 +237,81 @@ def test_sentence_frame_and_error_profile():
     frame = results.sentence_frame(sources, refs, hyps)
     assert frame["bleu"].iloc[0] == pytest.approx(100.0) and frame["hyp_words"].tolist() == [3, 1, 7, 1]
     profile = results.error_profile(frame)
-    assert profile["sentences"].to_dict() == {"empty output": 0, "a word 3 times in a row": 1,
-                                              "under half the reference length": 1,
-                                              "over 1.5 times the reference length": 1,
-                                              "a broken character (U+FFFD)": 0, "copies the source": 1}
+    assert profile["sentences"].to_dict() == {
+        "empty output": 0,
+        "a word 3 times in a row": 1,
+        "under half the reference length": 1,
+        "over 1.5 times the reference length": 1,
+        "a broken character (U+FFFD)": 0,
+        "copies the source": 1,
+    }
     assert profile.loc["copies the source", "share %"] == 25.0
     assert math.isnan(profile.loc["empty output", "mean sentence BLEU"])
     with pytest.raises(ValueError, match="one line per source sentence"):
         results.sentence_frame(sources, refs, hyps[:3])
 
 
-@pytest.mark.parametrize("sentence, times, expected", [
-    ("ein Mann einem einem einem", 3, True), ("ein ein Mann", 3, False), ("ein ein Mann", 2, True),
-    ("", 3, False), ("a b a b a b", 2, False)])
+@pytest.mark.parametrize(
+    "sentence, times, expected",
+    [
+        ("ein Mann einem einem einem", 3, True),
+        ("ein ein Mann", 3, False),
+        ("ein ein Mann", 2, True),
+        ("", 3, False),
+        ("a b a b a b", 2, False),
+    ],
+)
 def test_repeats(sentence, times, expected):
     assert results.repeats(sentence, times) is expected
 
 
 def test_benchmark_tables():
-    train = {"results": {"aiayn": {"tokens_per_s": 500_000.0, "seconds_per_step": 0.05, "parameters": 63_000_000,
-                                   "flops_per_step": 2e13, "mfu": 0.1},
-                         "nn.Transformer": {"tokens_per_s": 400_000.0, "seconds_per_step": 0.0625,
-                                            "parameters": 63_004_096, "flops_per_step": 2e13, "mfu": None}}}
+    train = {
+        "results": {
+            "aiayn": {
+                "tokens_per_s": 500_000.0,
+                "seconds_per_step": 0.05,
+                "parameters": 63_000_000,
+                "flops_per_step": 2e13,
+                "mfu": 0.1,
+            },
+            "nn.Transformer": {
+                "tokens_per_s": 400_000.0,
+                "seconds_per_step": 0.0625,
+                "parameters": 63_004_096,
+                "flops_per_step": 2e13,
+                "mfu": None,
+            },
+        }
+    }
     table = results.train_benchmark_table(train)
     assert table.loc["aiayn", "ms per update"] == 50.0 and table.loc["aiayn", "MFU %"] == 10.0
     assert table.loc["nn.Transformer", "TFLOP per update"] == 20.0 and math.isnan(table.loc["nn.Transformer", "MFU %"])
-    decode = {"results": {"cache": {"seconds": 2.0, "sentences_per_s": 500.0, "output_tokens_per_s": 7000.0},
-                          "no_cache": {"seconds": 8.0, "sentences_per_s": 125.0, "output_tokens_per_s": 1750.0}}}
+    decode = {
+        "results": {
+            "cache": {"seconds": 2.0, "sentences_per_s": 500.0, "output_tokens_per_s": 7000.0},
+            "no_cache": {"seconds": 8.0, "sentences_per_s": 125.0, "output_tokens_per_s": 1750.0},
+        }
+    }
     assert results.decode_benchmark_table(decode).to_dict("index") == {
         "cache": {"sentences/s": 500.0, "output tokens/s": 7000.0, "seconds": 2.0},
-        "no_cache": {"sentences/s": 125.0, "output tokens/s": 1750.0, "seconds": 8.0}}
+        "no_cache": {"sentences/s": 125.0, "output tokens/s": 1750.0, "seconds": 8.0},
+    }
 
 
 def test_results_reads_files_and_trains_nothing():
     """The results module imports no training code, and its splits are the experiment's."""
     import subprocess
     import sys
-    code = ("import sys, aiayn.results; print(sorted(m for m in sys.modules if m.startswith('aiayn.') or "
-            "m == 'torch.distributed'))")
+
+    code = (
+        "import sys, aiayn.results; print(sorted(m for m in sys.modules if m.startswith('aiayn.') or "
+        "m == 'torch.distributed'))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "aiayn.training" not in loaded and "aiayn.experiment" not in loaded and "aiayn.plan" not in loaded
     from aiayn import experiment
+
     assert results.SPLITS == experiment.SCORED
     assert set(results.GPU_RUNS) == set(__import__("aiayn.plan").plan.FINAL_RUNS)
     assert results.SEEDS == __import__("aiayn.plan").plan.SEEDS
@@ -221,10 +319,16 @@ def test_results_reads_files_and_trains_nothing():
 
 def test_search_and_checks_tables(run_dir, tmp_path):
     m = metrics()
-    m.update(train_config={"factor": 0.64, "warmup": 400}, precision="bf16", warnings=[],
-             checks={"outputs": {"test2016": {"sentences": 3, "distinct": 1.0, "most_common": "x",
-                                              "most_common_share": 1 / 3}},
-                     "source": {"nll": 1.5, "nll_wrong_source": 4.0, "gain": 2.5}, "warnings": []})
+    m.update(
+        train_config={"factor": 0.64, "warmup": 400},
+        precision="bf16",
+        warnings=[],
+        checks={
+            "outputs": {"test2016": {"sentences": 3, "distinct": 1.0, "most_common": "x", "most_common_share": 1 / 3}},
+            "source": {"nll": 1.5, "nll_wrong_source": 4.0, "gain": 2.5},
+            "warnings": [],
+        },
+    )
     for name in ("lr2e-3", "lr1e-3"):
         (tmp_path / "search" / name).mkdir(parents=True)
         (tmp_path / "search" / name / "metrics.json").write_text(json.dumps(m), encoding="utf-8")

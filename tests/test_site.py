@@ -1,4 +1,5 @@
 """The website: vendored vega matches altair, and a chart page draws offline in headless Chromium."""
+
 import json
 import re
 import shutil
@@ -15,13 +16,23 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 CHART_NOTEBOOK = {
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": "# Chart\n"},
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
-            "import altair as alt\nimport pandas as pd\n"
-            "alt.Chart(pd.DataFrame({'x': [0, 1, 2], 'y': [1, 3, 2]})).mark_line().encode(x='x', y='y')")},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": (
+                "import altair as alt\nimport pandas as pd\n"
+                "alt.Chart(pd.DataFrame({'x': [0, 1, 2], 'y': [1, 3, 2]})).mark_line().encode(x='x', y='y')"
+            ),
+        },
     ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                 "language_info": {"name": "python"}},
-    "nbformat": 4, "nbformat_minor": 5,
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
 }
 
 
@@ -38,11 +49,28 @@ def test_vendored_vega_matches_altair():
 def dom_offline(page: Path, profile: Path, *options: str, budget_ms: int = 10000) -> str:
     """The DOM of `page` after headless Chromium ran it, with no network at all (a CDN fetch would fail)."""
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-         "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}", *options,
-         f"--virtual-time-budget={budget_ms}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True).stdout
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
+            "--no-first-run",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={profile}",
+            *options,
+            f"--virtual-time-budget={budget_ms}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
 
 
 def drawn_charts(page: Path, tmp_path: Path) -> tuple[int, int]:
@@ -65,13 +93,21 @@ def chart_site(tmp_path_factory) -> Path:
     (site / "book" / "chart.ipynb").write_text(json.dumps(CHART_NOTEBOOK))
     (site / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/chart\n")
     jb = Path(sys.executable).with_name("jupyter-book")
-    subprocess.run([str(jb) if jb.exists() else "jupyter-book", "build", str(site), "-W", "-n", "--keep-going"],
-                   check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [str(jb) if jb.exists() else "jupyter-book", "build", str(site), "-W", "-n", "--keep-going"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return site / "_build" / "html"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); "
-                                             ".ci/run installs it, so CI always runs this test")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed (Debian: apt-get install chromium); "
+    ".ci/run installs it, so CI always runs this test",
+)
 def test_chart_draws_offline(chart_site, tmp_path):
     charts, drawn = drawn_charts(chart_site / "book" / "chart.html", tmp_path)
     assert charts == 1 and drawn == 1
@@ -94,8 +130,9 @@ def test_colab_links_point_at_existing_notebooks():
     repo = re.search(r"url: https://github.com/(\S+)", (ROOT / "_config.yml").read_text()).group(1)
     linked = set()
     for page in pages:
-        for path in re.findall(rf"colab\.research\.google\.com/github/{re.escape(repo)}/blob/main/([^\"'&]+)",
-                               page.read_text()):
+        for path in re.findall(
+            rf"colab\.research\.google\.com/github/{re.escape(repo)}/blob/main/([^\"'&]+)", page.read_text()
+        ):
             assert (ROOT / path).is_file(), f"{page.name} links Colab to {path}, which does not exist"
             linked.add(path)
     in_toc = set(re.findall(r"file: (book/\S+)", (ROOT / "_toc.yml").read_text()))
@@ -130,7 +167,7 @@ WIDTH_PROBE = """<script>
     });
     column.querySelectorAll("table").forEach((el) => {
       if (el.scrollWidth > limit) wide.push({kind: "table", section: section(el), width: el.scrollWidth,
-                                             start: el.textContent.trim().replace(/\s+/g, " ").slice(0, 60)});
+                                             start: el.textContent.trim().replace(/\\s+/g, " ").slice(0, 60)});
     });
     const pre = document.createElement("pre");
     pre.id = "width-report";
@@ -168,8 +205,12 @@ def test_no_equation_or_table_is_wider_than_the_column_at_1280px(tmp_path):
     problems = []
     for page in pages:
         report = too_wide(page, tmp_path)
-        problems += [f"{page.name}, section '{w['section']}': {w['kind']} {w.get('id') or w.get('start', '')} is "
-                     f"{w['width']:.0f} px, with room for {w.get('room', report['column']):.0f} px"
-                     for w in report["wide"]]
-    assert not problems, ("wider than the text column at 1280 px:\n  " + "\n  ".join(problems) + "\nWhat to do: "
-                          "break the equation over lines (aligned rows, or \\\\ inside split), or narrow the table")
+        problems += [
+            f"{page.name}, section '{w['section']}': {w['kind']} {w.get('id') or w.get('start', '')} is "
+            f"{w['width']:.0f} px, with room for {w.get('room', report['column']):.0f} px"
+            for w in report["wide"]
+        ]
+    assert not problems, (
+        "wider than the text column at 1280 px:\n  " + "\n  ".join(problems) + "\nWhat to do: "
+        "break the equation over lines (aligned rows, or \\\\ inside split), or narrow the table"
+    )

@@ -4,6 +4,7 @@ Each kind of defect is its own test, run per page (and per notebook, and per scr
 checks), so a failure names the page, the place on it and what is wrong, and says what to do. The HTML checks
 need the built site: run `make book` first (CI builds it before the tests); without it they skip.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,11 +33,15 @@ MIN_FIGURE_SCALE = 0.8  # a figure shown below 80% of its pixel size has text to
 ERROR_TEXT = re.compile(
     r"Traceback \(most recent call last\)|Error while finding module specification|No module named "
     r"|command not found|^\s*File \"[^\"]+\", line \d+|\b(?:User|Deprecation|Future|Runtime|Syntax)Warning\b"
-    r"|An error occurred while executing|CellExecutionError", re.M)
+    r"|An error occurred while executing|CellExecutionError",
+    re.M,
+)
 PROGRESS_BAR = re.compile(r"\d+%\|[^|\n]{0,80}\||\d+/\d+ \[[\d:<.?]+, [^\]\n]*(?:it/s|s/it)\]")
 OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]* (?:object )?at 0x[0-9a-fA-F]+>|<Figure size \d+x\d+ with \d+ Axes>")
-RAW_TEX = re.compile(r"\$|\\(?:text|mathrm|mathbf|mathbb|mathcal|operatorname|frac|sqrt|cdot|times|left|right"
-                     r"|begin|end|sum|prod|qquad|quad|dots|ldots|log|exp|max|min|in|le|ge|top)\b|[_^]\{")
+RAW_TEX = re.compile(
+    r"\$|\\(?:text|mathrm|mathbf|mathbb|mathcal|operatorname|frac|sqrt|cdot|times|left|right"
+    r"|begin|end|sum|prod|qquad|quad|dots|ldots|log|exp|max|min|in|le|ge|top)\b|[_^]\{"
+)
 SECTION_SIGN = "§"
 HASHY_ALT = re.compile(r"(^|/)[0-9a-f]{16,}\.\w+$|\.(png|jpe?g|svg|gif)$", re.I)
 
@@ -57,13 +62,16 @@ def _missing_site():
     return not (SITE / "book").is_dir()
 
 
-needs_site = pytest.mark.skipif(_missing_site(), reason="no built site in _build/html: run `make book` first "
-                                                        "(CI builds the site before the tests)")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
-                                                              "chromium); .ci/run installs it")
+needs_site = pytest.mark.skipif(
+    _missing_site(), reason="no built site in _build/html: run `make book` first (CI builds the site before the tests)"
+)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); .ci/run installs it"
+)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
+
 
 @functools.cache
 def soup(page: str):
@@ -121,12 +129,13 @@ def where(page: str, el) -> str:
 
 def snippet(text: str, at: int = 0, width: int = 70) -> str:
     start = max(0, at - width // 2)
-    return repr(re.sub(r"\s+", " ", text[start:start + width]).strip())
+    return repr(re.sub(r"\s+", " ", text[start : start + width]).strip())
 
 
 def prose_strings(node, skip):
     """Text nodes under node, except those inside an element for which skip(element) is true."""
     from bs4 import NavigableString, Comment
+
     for s in node.descendants:
         if isinstance(s, NavigableString) and not isinstance(s, Comment):
             if not any(skip(p) for p in s.parents if p is not node.parent):
@@ -135,9 +144,13 @@ def prose_strings(node, skip):
 
 def is_code_or_math(el) -> bool:
     classes = el.get("class") or []
-    return (el.name in ("code", "pre", "script", "style", "kbd", "samp", "svg")
-            or "math" in classes or el.name.startswith("mjx-") or "highlight" in classes
-            or "cell_output" in classes)
+    return (
+        el.name in ("code", "pre", "script", "style", "kbd", "samp", "svg")
+        or "math" in classes
+        or el.name.startswith("mjx-")
+        or "highlight" in classes
+        or "cell_output" in classes
+    )
 
 
 def outputs(page: str):
@@ -150,6 +163,7 @@ def report(problems: list[str], what: str, todo: str) -> None:
 
 
 # ------------------------------------------------------------------------------------ stored notebook outputs
+
 
 def stored_texts(cell: dict):
     """(output index, kind, text) for what a reader of the notebook sees of each output of a code cell."""
@@ -176,36 +190,51 @@ def stored_problems(page: str, pattern: re.Pattern, also=lambda cell, j, kind, t
         for j, kind, text in stored_texts(cell):
             m = pattern.search(text)
             if m or also(cell, j, kind, text):
-                found.append(f"{page}.ipynb cell [{i}] output {j} ({kind}): "
-                             f"{snippet(text, m.start()) if m else snippet(text)}")
+                found.append(
+                    f"{page}.ipynb cell [{i}] output {j} ({kind}): {snippet(text, m.start()) if m else snippet(text)}"
+                )
     return found
 
 
 @pytest.mark.parametrize("page", NOTEBOOKS)
 def test_stored_outputs_have_no_errors_or_warnings(page):
     problems = stored_problems(page, ERROR_TEXT, also=lambda c, j, kind, t: kind in ("error", "stderr stream"))
-    report(problems, "stored outputs show errors, tracebacks or warnings",
-           "fix the cell (a shell `!python` is not the kernel's Python: call the function, or use "
-           "`sys.executable`); print an expected error as a message; silence a warning at its cause; then refresh "
-           "the outputs with `python -m aiayn._book execute <notebook>`")
+    report(
+        problems,
+        "stored outputs show errors, tracebacks or warnings",
+        "fix the cell (a shell `!python` is not the kernel's Python: call the function, or use "
+        "`sys.executable`); print an expected error as a message; silence a warning at its cause; then refresh "
+        "the outputs with `python -m aiayn._book execute <notebook>`",
+    )
 
 
 @pytest.mark.parametrize("page", NOTEBOOKS)
 def test_stored_outputs_have_no_progress_bars(page):
-    problems = stored_problems(page, PROGRESS_BAR, also=lambda c, j, kind, t: any(
-        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c["outputs"][j:j + 1]))
-    report(problems, "stored outputs hold progress bars",
-           "pass `progress=False` (or `disable=True` to tqdm) in the chapter, and print one summary line instead")
+    problems = stored_problems(
+        page,
+        PROGRESS_BAR,
+        also=lambda c, j, kind, t: any(
+            "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c["outputs"][j : j + 1]
+        ),
+    )
+    report(
+        problems,
+        "stored outputs hold progress bars",
+        "pass `progress=False` (or `disable=True` to tqdm) in the chapter, and print one summary line instead",
+    )
 
 
 @pytest.mark.parametrize("page", NOTEBOOKS)
 def test_stored_outputs_have_no_object_reprs(page):
-    report(stored_problems(page, OBJECT_REPR), "stored outputs are bare object reprs",
-           "end the line with `;` or assign the result (`_ = torch.manual_seed(0)`); show a figure with "
-           "`plt.show()`")
+    report(
+        stored_problems(page, OBJECT_REPR),
+        "stored outputs are bare object reprs",
+        "end the line with `;` or assign the result (`_ = torch.manual_seed(0)`); show a figure with `plt.show()`",
+    )
 
 
 # --------------------------------------------------------------------------------------------- the built HTML
+
 
 @needs_site
 @pytest.mark.parametrize("page", PAGES)
@@ -214,7 +243,8 @@ def test_title_comes_first(page):
     first = art.find(lambda el: el.name == "h1" or (el.name == "div" and "cell" in (el.get("class") or [])))
     assert first is not None and first.name == "h1", (
         f"{page}.html: {cell_of(page, first) or 'a code cell'} is shown above the title. What to do: make the "
-        f"title the notebook's first cell and the set-up cell the second, tagged `remove-cell`; imports follow")
+        f"title the notebook's first cell and the set-up cell the second, tagged `remove-cell`; imports follow"
+    )
 
 
 @needs_site
@@ -228,23 +258,34 @@ def test_no_error_text_in_outputs(page):
             problems.append(f"{where(page, out)}: {snippet(text, m.start())}")
         for bad in out.select("div.output.traceback, div.output.error, div.output.stderr"):
             problems.append(f"{where(page, bad)}: a {' '.join(bad['class'][1:2])} output {snippet(bad.get_text())}")
-    report(problems, "outputs show error text, tracebacks or warnings",
-           "see test_stored_outputs_have_no_errors_or_warnings; then `make book`")
+    report(
+        problems,
+        "outputs show error text, tracebacks or warnings",
+        "see test_stored_outputs_have_no_errors_or_warnings; then `make book`",
+    )
 
 
 @needs_site
 @pytest.mark.parametrize("page", PAGES)
 def test_no_progress_bars(page):
-    problems = [f"{where(page, out)}: {snippet(out.get_text(), m.start())}"
-                for out in outputs(page) for m in [PROGRESS_BAR.search(out.get_text())] if m]
+    problems = [
+        f"{where(page, out)}: {snippet(out.get_text(), m.start())}"
+        for out in outputs(page)
+        for m in [PROGRESS_BAR.search(out.get_text())]
+        if m
+    ]
     report(problems, "outputs show progress bars", "turn the bars off in the chapter (`progress=False`)")
 
 
 @needs_site
 @pytest.mark.parametrize("page", PAGES)
 def test_no_object_reprs(page):
-    problems = [f"{where(page, out)}: {snippet(out.get_text(), m.start())}"
-                for out in outputs(page) for m in [OBJECT_REPR.search(out.get_text())] if m]
+    problems = [
+        f"{where(page, out)}: {snippet(out.get_text(), m.start())}"
+        for out in outputs(page)
+        for m in [OBJECT_REPR.search(out.get_text())]
+        if m
+    ]
     report(problems, "outputs are bare object reprs", "assign the value (`_ = torch.manual_seed(0)`) or end with `;`")
 
 
@@ -256,9 +297,12 @@ def test_no_raw_tex_outside_maths(page):
         m = RAW_TEX.search(s)
         if m:
             problems.append(f"{where(page, s.parent)}: {snippet(str(s), m.start())}")
-    report(problems, "places show raw TeX outside maths",
-           "keep a $...$ formula on one source line and do not start a line with '+', '-' or '*' followed by a "
-           "space (Markdown reads it as a list item); write currency or shell '$' as code")
+    report(
+        problems,
+        "places show raw TeX outside maths",
+        "keep a $...$ formula on one source line and do not start a line with '+', '-' or '*' followed by a "
+        "space (Markdown reads it as a list item); write currency or shell '$' as code",
+    )
 
 
 @needs_site
@@ -275,9 +319,12 @@ def test_figures_are_numbered_and_captioned(page):
             problems.append(f"{where(page, el)}: a{'n' if kind == 'image' else ''} {kind} with no figure number")
         elif len(caption.get_text(" ", strip=True)) - len(number.get_text(strip=True)) < 20:
             problems.append(f"{where(page, el)}: figure {number.get_text(strip=True)} has no caption sentence")
-    report(problems, "figures lack a number or a caption",
-           'give the code cell the metadata {"mystnb": {"figure": {"caption": "...", "name": "fig-..."}, '
-           '"image": {"alt": "..."}}} (one display output per such cell), and refer to it with {numref}`fig-...`')
+    report(
+        problems,
+        "figures lack a number or a caption",
+        'give the code cell the metadata {"mystnb": {"figure": {"caption": "...", "name": "fig-..."}, '
+        '"image": {"alt": "..."}}} (one display output per such cell), and refer to it with {numref}`fig-...`',
+    )
 
 
 @needs_site
@@ -292,9 +339,12 @@ def test_images_have_real_alt_text(page):
     for script in art.select("div.cell_output script"):
         if "vegaEmbed" in script.get_text() and '"description"' not in script.get_text():
             problems.append(f"{where(page, script)}: an Altair chart without a description (its alt text)")
-    report(problems, "images lack real alt text (what the figure shows, in words)",
-           'set "image": {"alt": "..."} in the cell\'s "mystnb" metadata (a sentence of what it shows); for an '
-           "Altair chart, `.properties(description=...)`")
+    report(
+        problems,
+        "images lack real alt text (what the figure shows, in words)",
+        'set "image": {"alt": "..."} in the cell\'s "mystnb" metadata (a sentence of what it shows); for an '
+        "Altair chart, `.properties(description=...)`",
+    )
 
 
 @needs_site
@@ -305,43 +355,61 @@ def test_code_lines_fit_the_column(page):
         in_output = pre.find_parent("div", class_="cell_output") is not None
         for n, line in enumerate(pre.get_text().expandtabs(4).splitlines(), 1):
             if len(line) > CODE_COLUMN:
-                problems.append(f"{where(page, pre)}, {'output' if in_output else 'code'} line {n} has "
-                                f"{len(line)} characters: {line[:60]!r}...")
-    report(problems, f"code or output lines are wider than the column ({CODE_COLUMN} characters at 1280 px) "
-                     f"and scroll sideways",
-           f"wrap code at {CODE_COLUMN} characters (exported cells too, then `python -m aiayn._export`); print "
-           "wide results in several lines or as a table")
+                problems.append(
+                    f"{where(page, pre)}, {'output' if in_output else 'code'} line {n} has "
+                    f"{len(line)} characters: {line[:60]!r}..."
+                )
+    report(
+        problems,
+        f"code or output lines are wider than the column ({CODE_COLUMN} characters at 1280 px) and scroll sideways",
+        f"wrap code at {CODE_COLUMN} characters (exported cells too, then `python -m aiayn._export`); print "
+        "wide results in several lines or as a table",
+    )
 
 
 @needs_site
 @pytest.mark.parametrize("page", PAGES)
 def test_section_references_are_links(page):
     def skip(el):
-        return (el.name in ("a", "h1", "h2", "h3", "h4", "h5", "h6") or is_code_or_math(el)
-                or (el.name == "strong" and el.get_text().startswith("Paper")))  # "**Paper, §3.2:**" quotes
+        return (
+            el.name in ("a", "h1", "h2", "h3", "h4", "h5", "h6")
+            or is_code_or_math(el)
+            or (el.name == "strong" and el.get_text().startswith("Paper"))
+        )  # "**Paper, §3.2:**" quotes
 
     problems = []
     for s in prose_strings(article(page), skip):
         for m in re.finditer(SECTION_SIGN, s):
             problems.append(f"{where(page, s.parent)}: {snippet(str(s), m.start(), 50)}")
-    report(problems, "'§' references are plain text",
-           "make each one a link to where the book treats that section: [§3.2.1](02_attention.ipynb), or "
-           "[§3.2.3](02_attention.ipynb#masks-who-may-attend-to-whom) for a part of a chapter; a section the "
-           "book does not treat links to its entry in paper_map.md")
+    report(
+        problems,
+        "'§' references are plain text",
+        "make each one a link to where the book treats that section: [§3.2.1](02_attention.ipynb), or "
+        "[§3.2.3](02_attention.ipynb#masks-who-may-attend-to-whom) for a part of a chapter; a section the "
+        "book does not treat links to its entry in paper_map.md",
+    )
 
 
 @needs_site
 @pytest.mark.parametrize("page", PAGES)
 def test_equation_labels_are_the_books(page):
     art = article(page)
-    problems = [f"{where(page, eq)}: equation label {eq.get_text(strip=True)!r}"
-                for eq in art.select("span.eqno") if not re.fullmatch(r"\(\d+\.\d+\)#?", eq.get_text(strip=True))]
+    problems = [
+        f"{where(page, eq)}: equation label {eq.get_text(strip=True)!r}"
+        for eq in art.select("span.eqno")
+        if not re.fullmatch(r"\(\d+\.\d+\)#?", eq.get_text(strip=True))
+    ]
     text = art.get_text(" ")
-    problems += [f"{page}.html: {snippet(text, m.start())}"
-                 for m in re.finditer(r"Equation\s+Eq\.|Eq\.\s+Eq\.|Equations\s+Eq\.", text)]
-    report(problems, "equation labels mix the book's numbers with the paper's",
-           "book equations are numbered per chapter, (2.1), and cited as {eq}`label` alone, which reads "
-           "'Eq. (2.1)'; write the paper's as \"the paper's Equation (1)\"")
+    problems += [
+        f"{page}.html: {snippet(text, m.start())}"
+        for m in re.finditer(r"Equation\s+Eq\.|Eq\.\s+Eq\.|Equations\s+Eq\.", text)
+    ]
+    report(
+        problems,
+        "equation labels mix the book's numbers with the paper's",
+        "book equations are numbered per chapter, (2.1), and cited as {eq}`label` alone, which reads "
+        "'Eq. (2.1)'; write the paper's as \"the paper's Equation (1)\"",
+    )
 
 
 @needs_site
@@ -356,9 +424,12 @@ def test_outputs_are_not_split_or_repeated(page):
         texts = [re.sub(r"\s+", " ", b.get_text()).strip() for b in boxes if b.get_text().strip()]
         for t in {t for t in texts if texts.count(t) > 1}:
             problems.append(f"{where(page, out)}: the same output shown twice {snippet(t)}")
-    report(problems, "outputs are split or repeated",
-           "print what belongs together from one cell (the site merges consecutive prints, `nb_merge_streams`); "
-           "show a table once (display it, or print it, not both)")
+    report(
+        problems,
+        "outputs are split or repeated",
+        "print what belongs together from one cell (the site merges consecutive prints, `nb_merge_streams`); "
+        "show a table once (display it, or print it, not both)",
+    )
 
 
 @functools.cache
@@ -370,6 +441,7 @@ def ids_of(path: Path) -> frozenset[str]:
 @pytest.mark.parametrize("page", PAGES)
 def test_internal_links_resolve(page):
     from urllib.parse import unquote, urlsplit
+
     here = SITE / f"{page}.html"
     problems = []
     for a in article(page).select("a[href]"):
@@ -380,11 +452,16 @@ def test_internal_links_resolve(page):
         if not target.is_file():
             problems.append(f"{where(page, a)}: link {a['href']!r} ({a.get_text(strip=True)!r}): no such page")
         elif url.fragment and unquote(url.fragment) not in ids_of(target):
-            problems.append(f"{where(page, a)}: link {a['href']!r} ({a.get_text(strip=True)!r}): "
-                            f"{target.name} has no anchor {url.fragment!r}")
-    report(problems, "links lead nowhere",
-           "a heading that starts with a number gets an anchor without it (\"§5.3 The schedule\" -> "
-           "#the-schedule): link to that, or give the heading a label, (name)=, and link to [text](#name)")
+            problems.append(
+                f"{where(page, a)}: link {a['href']!r} ({a.get_text(strip=True)!r}): "
+                f"{target.name} has no anchor {url.fragment!r}"
+            )
+    report(
+        problems,
+        "links lead nowhere",
+        'a heading that starts with a number gets an anchor without it ("§5.3 The schedule" -> '
+        "#the-schedule): link to that, or give the heading a label, (name)=, and link to [text](#name)",
+    )
 
 
 @needs_site
@@ -392,14 +469,23 @@ def test_sidebar_entries_are_distinct_and_chapters_numbered():
     nav = soup(PAGES[1]).select_one("nav.bd-docs-nav")
     assert nav is not None, f"{PAGES[1]}.html has no sidebar (nav.bd-docs-nav): did the theme change?"
     entries = [(a.get_text(" ", strip=True), a["href"]) for a in nav.select("li.toctree-l1 > a")]
-    problems = [f"sidebar entry {text!r} appears {n} times"
-                for text, n in {t: [e[0] for e in entries].count(t) for t, _ in entries}.items() if n > 1]
+    problems = [
+        f"sidebar entry {text!r} appears {n} times"
+        for text, n in {t: [e[0] for e in entries].count(t) for t, _ in entries}.items()
+        if n > 1
+    ]
     chapters = {f"{p.split('/')[-1]}.html" for p in NOTEBOOKS}
-    problems += [f"sidebar entry {text!r} ({href}) has no chapter number"
-                 for text, href in entries if href in chapters and not re.match(r"\d+\. ", text)]
-    report(problems, "sidebar entries are ambiguous",
-           "give each chapter a distinct title that names its paper section and what it does (\"§6.1 Decoding\", "
-           "\"§6.1 Results\"), and keep `numbered: 1` on every chapter part of _toc.yml")
+    problems += [
+        f"sidebar entry {text!r} ({href}) has no chapter number"
+        for text, href in entries
+        if href in chapters and not re.match(r"\d+\. ", text)
+    ]
+    report(
+        problems,
+        "sidebar entries are ambiguous",
+        'give each chapter a distinct title that names its paper section and what it does ("§6.1 Decoding", '
+        '"§6.1 Results"), and keep `numbered: 1` on every chapter part of _toc.yml',
+    )
 
 
 @needs_site
@@ -407,10 +493,14 @@ def test_references_are_labelled_as_the_text_cites_them():
     page = next(p for p in PAGES if p.endswith("references"))
     labels = [s.get_text(strip=True) for s in article(page).select("div.citation span.label, dl.citation > dt")]
     assert labels, f"{page}.html lists no references"
-    problems = [f"{page}.html: label {label!r}" for label in labels
-                if not re.fullmatch(r"\[\D+,? \d{4}[a-z]?\]", label)]
-    report(problems, "references are not labelled author-year, as the text cites them",
-           "keep `bibtex_default_style: author_year_labels` in _config.yml (book/_ext/author_year_labels.py)")
+    problems = [
+        f"{page}.html: label {label!r}" for label in labels if not re.fullmatch(r"\[\D+,? \d{4}[a-z]?\]", label)
+    ]
+    report(
+        problems,
+        "references are not labelled author-year, as the text cites them",
+        "keep `bibtex_default_style: author_year_labels` in _config.yml (book/_ext/author_year_labels.py)",
+    )
 
 
 # --------------------------------------------------------------------------------------- in a browser (Chromium)
@@ -511,16 +601,34 @@ def browser(width: int) -> dict[str, list[dict]]:
         harness = Path(tmp) / "harness.html"
         harness.write_text(HARNESS % {"pages": json.dumps(pages), "width": width}, encoding="utf-8")
         dom = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-             "--host-resolver-rules=MAP * ~NOTFOUND", "--allow-file-access-from-files", "--hide-scrollbars",
-             f"--user-data-dir={Path(tmp) / 'profile'}", f"--window-size={width + 40},1000",
-             "--virtual-time-budget=600000", "--dump-dom", harness.as_uri()],
-            capture_output=True, text=True, timeout=900).stdout
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-quic",
+                "--no-first-run",
+                "--host-resolver-rules=MAP * ~NOTFOUND",
+                "--allow-file-access-from-files",
+                "--hide-scrollbars",
+                f"--user-data-dir={Path(tmp) / 'profile'}",
+                f"--window-size={width + 40},1000",
+                "--virtual-time-budget=600000",
+                "--dump-dom",
+                harness.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ).stdout
     m = re.search(r'<pre id="out">(.*?)</pre>', dom, re.S)
     if not m or not m.group(1).strip():
         pytest.fail(f"Chromium did not finish measuring the pages at {width} px")
     import html
+
     return json.loads(html.unescape(m.group(1)))
 
 
@@ -543,9 +651,12 @@ def at(page: str, f: dict) -> str:
 @pytest.mark.parametrize("page", PAGES)
 def test_nothing_is_clipped(page, width):
     problems = [f"{at(page, f)}: {f['hidden']} px cut off" for f in browser_findings(page, width, "clipped")]
-    report(problems, f"elements are cut off at the right at {width} px",
-           "a wide equation must scroll (book/_static/custom.css) or be split over lines (aligned, \\\\); "
-           "a wide table must sit in a scrolling box")
+    report(
+        problems,
+        f"elements are cut off at the right at {width} px",
+        "a wide equation must scroll (book/_static/custom.css) or be split over lines (aligned, \\\\); "
+        "a wide table must sit in a scrolling box",
+    )
 
 
 @needs_site
@@ -553,10 +664,15 @@ def test_nothing_is_clipped(page, width):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", PAGES)
 def test_page_does_not_scroll_sideways(page, width):
-    problems = [f"{at(page, f)}: reaches {f['hidden']} px past the window"
-                for f in browser_findings(page, width, "page-overflow")]
-    report(problems, f"elements make the whole page wider than a {width} px window",
-           "let the element scroll in its own box (overflow-x: auto) or shrink it (max-width: 100%)")
+    problems = [
+        f"{at(page, f)}: reaches {f['hidden']} px past the window"
+        for f in browser_findings(page, width, "page-overflow")
+    ]
+    report(
+        problems,
+        f"elements make the whole page wider than a {width} px window",
+        "let the element scroll in its own box (overflow-x: auto) or shrink it (max-width: 100%)",
+    )
 
 
 @needs_site
@@ -564,12 +680,18 @@ def test_page_does_not_scroll_sideways(page, width):
 @pytest.mark.parametrize("page", PAGES)
 def test_figures_are_shown_at_readable_size(page):
     found = browser_findings(page, 1280, "image")
-    problems = [f"{at(page, f)}: a {f['natural']} px wide image shown at {f['scale']:.0%}"
-                for f in found if f["scale"] < MIN_FIGURE_SCALE]
+    problems = [
+        f"{at(page, f)}: a {f['natural']} px wide image shown at {f['scale']:.0%}"
+        for f in found
+        if f["scale"] < MIN_FIGURE_SCALE
+    ]
     problems += [f"{at(page, f)}: the image did not load" for f in browser_findings(page, 1280, "image-missing")]
-    report(problems, f"figures are shrunk below {MIN_FIGURE_SCALE:.0%} at 1280 px, so their labels become too "
-                     f"small to read", "draw the figure at most 6.7 in wide at dpi 100 (the column is about "
-                                       "680 px), with fonts of 8 pt or more; split a wide figure into two")
+    report(
+        problems,
+        f"figures are shrunk below {MIN_FIGURE_SCALE:.0%} at 1280 px, so their labels become too small to read",
+        "draw the figure at most 6.7 in wide at dpi 100 (the column is about "
+        "680 px), with fonts of 8 pt or more; split a wide figure into two",
+    )
 
 
 @needs_site
@@ -581,4 +703,5 @@ def test_code_column_holds_the_limit():
     assert narrowest["chars"] >= CODE_COLUMN, (
         f"at 1280 px a code cell holds {narrowest['chars']} characters ({narrowest['px']:.0f} px of "
         f"{narrowest['font']} monospace), fewer than CODE_COLUMN = {CODE_COLUMN}: the theme or "
-        f"book/_static/custom.css changed; restore the width or lower CODE_COLUMN and rewrap the code")
+        f"book/_static/custom.css changed; restore the width or lower CODE_COLUMN and rewrap the code"
+    )

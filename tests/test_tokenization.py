@@ -1,4 +1,5 @@
 """Joint BPE tokenizer of §5.1: special ids, exact round trips, byte fallback, save/load."""
+
 import json
 
 import pytest
@@ -6,7 +7,10 @@ import pytest
 from aiayn.tokenization import SPACE, Tokenizer, encode_pairs, pretokenize, word_counts
 
 PAIRS = [
-    ("Two young, White males are outside near many bushes.", "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."),
+    (
+        "Two young, White males are outside near many bushes.",
+        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    ),
     ("A little girl climbing into a wooden playhouse.", "Ein kleines Mädchen klettert in ein Spielhaus aus Holz."),
     ("A man in a blue shirt is standing on a ladder.", "Ein Mann in einem blauen Hemd steht auf einer Leiter."),
     ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
@@ -27,10 +31,19 @@ def test_special_ids(tok):
     assert len(tok) == 400
 
 
-@pytest.mark.parametrize("text", [
-    "", " ", "Two dogs play in the snow.", "Zwei Hunde spielen im Schnee.", "  double  spaces and a tab\there ",
-    "naïve café — 東京 😀", "Ω≈ç√∫ unknown: \u0000\u200b", "McDonald's dark-haired",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "Two dogs play in the snow.",
+        "Zwei Hunde spielen im Schnee.",
+        "  double  spaces and a tab\there ",
+        "naïve café — 東京 😀",
+        "Ω≈ç√∫ unknown: \u0000\u200b",
+        "McDonald's dark-haired",
+    ],
+)
 @pytest.mark.parametrize("lang", ["en", "de"])
 def test_round_trip_is_exact(tok, text, lang):
     ids = tok.encode(text, lang)
@@ -57,7 +70,21 @@ def test_decode_skips_pad_bos_eos(tok):
 
 def test_segmentation(tok):
     assert tok.tokens("Two dogs play in the snow.", "en") == [
-        "Two", "▁d", "o", "gs", "▁play", "▁in", "▁", "t", "he", "▁s", "n", "o", "w", "."]
+        "Two",
+        "▁d",
+        "o",
+        "gs",
+        "▁play",
+        "▁in",
+        "▁",
+        "t",
+        "he",
+        "▁s",
+        "n",
+        "o",
+        "w",
+        ".",
+    ]
     assert tok.tokens("Two play", "en") == ["Two", SPACE + "play"]
 
 

@@ -1,4 +1,5 @@
 """§5.2–5.4: schedule, label smoothing, accumulation, precision, resume, non-finite gradients, DDP, the copy task."""
+
 import math
 
 import pytest
@@ -8,9 +9,23 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from aiayn.model import TransformerConfig, make_model
 from aiayn.batching import EpochBatches
-from aiayn.training import (COPY_MODEL, COPY_TRAIN, CheckpointError, LabelSmoothingLoss, TrainConfig, checkpoints,
-                            choose_precision, copy_batches, copy_task_data, greedy, make_optimizer, make_scaler, rate,
-                            read_checkpoint, train)
+from aiayn.training import (
+    COPY_MODEL,
+    COPY_TRAIN,
+    CheckpointError,
+    LabelSmoothingLoss,
+    TrainConfig,
+    checkpoints,
+    choose_precision,
+    copy_batches,
+    copy_task_data,
+    greedy,
+    make_optimizer,
+    make_scaler,
+    rate,
+    read_checkpoint,
+    train,
+)
 
 TINY = TransformerConfig(vocab_size=14, N=1, d_model=32, d_ff=64, h=2, P_drop=0.0, max_len=32)
 QUIET = dict(progress=False, log=False)
@@ -26,6 +41,7 @@ def weights_equal(a, b):
 
 
 # --- §5.3 schedule and optimizer ---------------------------------------------------------------------------------
+
 
 def test_rate_at_warmup_is_the_peak():
     assert rate(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-12)
@@ -59,7 +75,8 @@ def _first_update_gradient(model, batches, accum):
     """The gradient the optimizer sees at the loop's first update (captured by a global step hook)."""
     seen = []
     hook = register_optimizer_step_pre_hook(
-        lambda opt, args, kwargs: seen.append([p.grad.clone() for p in opt.param_groups[0]["params"]]))
+        lambda opt, args, kwargs: seen.append([p.grad.clone() for p in opt.param_groups[0]["params"]])
+    )
     try:
         train(model, batches, cfg=TrainConfig(warmup=10, accum=accum, max_updates=1, **QUIET))
     finally:
@@ -77,6 +94,7 @@ def test_accumulation_equals_one_big_batch():
 
 # --- §5.4 label smoothing ----------------------------------------------------------------------------------------
 
+
 def test_label_smoothing_by_hand():
     logits = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [5.0, 0.0, 0.0, 0.0]]])  # second position is padding
     target = torch.tensor([[3, 0]])
@@ -88,7 +106,7 @@ def test_label_smoothing_by_hand():
 
 def test_smoothed_target_distribution():
     q = LabelSmoothingLoss(0.1, 0).target_distribution(torch.tensor([5, 3, 0]), V=10)
-    assert q[0].tolist() == pytest.approx([0, .0125, .0125, .0125, .0125, .9, .0125, .0125, .0125, .0125])
+    assert q[0].tolist() == pytest.approx([0, 0.0125, 0.0125, 0.0125, 0.0125, 0.9, 0.0125, 0.0125, 0.0125, 0.0125])
     assert q[:2].sum(-1).tolist() == pytest.approx([1.0, 1.0])
     assert q[2].abs().sum().item() == 0.0  # padding row
     assert (q[:, 0] == 0).all()
@@ -104,12 +122,14 @@ def test_without_smoothing_it_is_cross_entropy():
     torch.manual_seed(0)
     logits, target = torch.randn(2, 5, 12), torch.randint(1, 12, (2, 5))
     target[0, 3:] = 0
-    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
-                                                 reduction="sum")
+    expected = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=0, reduction="sum"
+    )
     torch.testing.assert_close(LabelSmoothingLoss(0.0, 0)(logits, target), expected)
 
 
 # --- the loop: resume, checkpoints, stops --------------------------------------------------------------------------
+
 
 def test_resume_gives_identical_weights(tmp_path):
     config = TINY.replace(P_drop=0.1)  # dropout on: the RNG states must be restored too
@@ -127,8 +147,11 @@ def test_resume_gives_identical_weights(tmp_path):
 
 
 def test_keeps_the_last_k_checkpoints(tmp_path):
-    train(tiny(), copy_batches(6, 4, 5, 14), cfg=TrainConfig(warmup=10, save_every=1, keep_last=2,
-                                                          ckpt_dir=str(tmp_path), **QUIET))
+    train(
+        tiny(),
+        copy_batches(6, 4, 5, 14),
+        cfg=TrainConfig(warmup=10, save_every=1, keep_last=2, ckpt_dir=str(tmp_path), **QUIET),
+    )
     assert [p.name for p in checkpoints(tmp_path)] == ["step_00000005.pt", "step_00000006.pt"]
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
 
@@ -145,8 +168,12 @@ def test_checkpoint_holds_everything(tmp_path):
 def test_mismatched_checkpoint_is_named(tmp_path):
     train(tiny(), copy_batches(2, 4, 5, 14), cfg=TrainConfig(warmup=10, ckpt_dir=str(tmp_path), **QUIET))
     with pytest.raises(CheckpointError, match=r"different model: d_model=32 there but 64 here"):
-        train(tiny(TINY.replace(d_model=64)), copy_batches(2, 4, 5, 14),
-              cfg=TrainConfig(warmup=10, ckpt_dir=str(tmp_path), **QUIET), resume=True)
+        train(
+            tiny(TINY.replace(d_model=64)),
+            copy_batches(2, 4, 5, 14),
+            cfg=TrainConfig(warmup=10, ckpt_dir=str(tmp_path), **QUIET),
+            resume=True,
+        )
 
 
 def test_corrupt_checkpoint_is_named(tmp_path):
@@ -199,9 +226,17 @@ def test_a_nan_gradient_is_never_applied_nor_checkpointed(tmp_path, log_every):
         assert all(torch.equal(newest[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("device, capability, expected", [
-    ("cpu", None, "fp32"), ("cuda", (7, 0), "fp16"), ("cuda", (7, 5), "fp16"), ("cuda", (8, 0), "bf16"),
-    ("cuda", (8, 9), "bf16"), ("cuda", (9, 0), "bf16")])
+@pytest.mark.parametrize(
+    "device, capability, expected",
+    [
+        ("cpu", None, "fp32"),
+        ("cuda", (7, 0), "fp16"),
+        ("cuda", (7, 5), "fp16"),
+        ("cuda", (8, 0), "bf16"),
+        ("cuda", (8, 9), "bf16"),
+        ("cuda", (9, 0), "bf16"),
+    ],
+)
 def test_precision_follows_the_hardware(device, capability, expected):
     """bf16 from compute capability 8.0 (A100, H100), fp16 with loss scaling below (V100, T4), fp32 on a CPU."""
     assert choose_precision(device, capability=capability) == expected
@@ -233,7 +268,7 @@ def test_resuming_a_finished_run_says_so(tmp_path, capsys):
     capsys.readouterr()
     again = train(tiny(seed=7), copy_batches(2, 4, 5, 14), cfg=cfg, resume=True)
     assert "the run is finished (2 updates, 1 epochs): nothing to train" in capsys.readouterr().out
-    assert again == history
+    assert again == history and history["stopped_by"] == "epochs"
 
 
 def test_the_loop_reads_from_the_device_only_at_its_read_points(monkeypatch):
@@ -250,6 +285,7 @@ def test_the_loop_reads_from_the_device_only_at_its_read_points(monkeypatch):
             def counting(self, *args, _original=original, **kwargs):
                 count["n"] += 1
                 return _original(self, *args, **kwargs)
+
             monkeypatch.setattr(torch.Tensor, name, counting)
         try:
             history = train(tiny(), batches, cfg=TrainConfig(warmup=10, max_updates=updates, log_every=1000, **QUIET))
@@ -260,17 +296,22 @@ def test_the_loop_reads_from_the_device_only_at_its_read_points(monkeypatch):
 
     assert len(batches) > 40
     assert reads(10) == reads(40)
+
+
 def test_early_stopping():
     """With a learning rate of 0 the validation loss never improves: the run stops after 1 + patience epochs."""
     data, val = copy_batches(2, 4, 5, 14, seed=0), copy_batches(1, 4, 5, 14, seed=1)
     history = train(tiny(), data, val, TrainConfig(warmup=1, factor=0.0, epochs=50, patience=2, **QUIET))
     assert len(history["val_loss"]) == 3 and len(set(history["val_loss"])) == 1
+    assert history["stopped_by"] == "patience"
 
 
 # --- DDP on CPU with gloo -----------------------------------------------------------------------------------------
 
+
 def _ddp_worker(rank, world_size, init_file, out):
     import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     model = tiny()
     train(model, copy_batches(8, 4, 6, 14, seed=0), cfg=TrainConfig(warmup=4, epochs=2, **QUIET))
@@ -291,6 +332,7 @@ def test_ddp_two_processes_match_one(tmp_path):
 
 
 # --- the copy task and the command line ---------------------------------------------------------------------------
+
 
 def test_copy_task_decodes_exactly():
     train_data, val_data = copy_task_data()
@@ -314,6 +356,12 @@ def test_max_seconds_stops_and_saves_then_resume_continues(tmp_path):
     assert 0 < history["step"][-1] < 20 * 10**6
     last = read_checkpoint(checkpoints(tmp_path)[-1])
     assert last["progress"]["step"] == history["step"][-1]  # saved where it stopped
-    more = train(tiny(), data, cfg=TrainConfig(warmup=20, epochs=10**6, max_updates=history["step"][-1] + 3,
-                                              ckpt_dir=str(tmp_path), **QUIET), resume=True)
+    assert history["stopped_by"] == last["progress"]["stopped_by"] == "max_seconds"  # and why
+    more = train(
+        tiny(),
+        data,
+        cfg=TrainConfig(warmup=20, epochs=10**6, max_updates=history["step"][-1] + 3, ckpt_dir=str(tmp_path), **QUIET),
+        resume=True,
+    )
     assert more["step"][-4:] == [history["step"][-1] + i for i in range(4)]
+    assert more["stopped_by"] == "max_updates"
