@@ -13,10 +13,10 @@ class MultiHeadAttention(nn.Module):
     projections, concatenated, then W^O.
 
     ``d_k`` defaults to d_model / h and ``d_v`` to d_k, as in the paper;
-    Table 3 row (B) varies d_k and keeps d_v. With a ``cache`` dict the layer decodes
-    incrementally: self-attention appends the new keys and values,
-    cross-attention (``static_kv=True``) projects the encoder output once
-    and reuses it.
+    Table 3 row (B) varies d_k and keeps d_v. With a ``cache`` dict the
+    layer decodes incrementally: self-attention appends the new keys and
+    values, cross-attention (``static_kv=True``) projects the encoder
+    output once and reuses it.
     """
 
     def __init__(self, d_model: int, h: int, d_k: int | None = None,

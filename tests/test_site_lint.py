@@ -566,8 +566,10 @@ async function measure(win) {
   }
   for (const img of art.querySelectorAll('img')) {
     if (!img.complete || !img.naturalWidth) { r.push(Object.assign({kind: 'image-missing'}, describe(win, img))); continue; }
-    const scale = img.getBoundingClientRect().width / img.naturalWidth;
-    r.push(Object.assign({kind: 'image', scale, natural: img.naturalWidth, alt: img.alt}, describe(win, img)));
+    // a figure drawn at twice its pixels (sharp on high-density screens) says its width on the page in its style
+    const intended = parseFloat(img.style.width) || img.naturalWidth;
+    const scale = img.getBoundingClientRect().width / intended;
+    r.push(Object.assign({kind: 'image', scale, natural: Math.round(intended), alt: img.alt}, describe(win, img)));
   }
   const pre = art.querySelector('div.cell_input pre');
   if (pre) {
