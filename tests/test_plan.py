@@ -87,6 +87,7 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "cpu-de-en",
             "cpu-floor-en-de",
             "cpu-search",
+            "cpu-variations",
             "gpu-search",
         }, (name, missing)
     assert "floor" in json.dumps(json.loads((out / "chapters" / "12_results.ipynb").read_text()))
