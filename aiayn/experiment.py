@@ -186,11 +186,9 @@ def model_overrides(pairs: list[str]) -> dict:
 
 
 STOPPED_BY = {
-    "epochs": "epochs",
-    "max_updates": "max_updates",
     "max_seconds": "time budget",
     "patience": "early stopping",
-}  # train()'s reason, as metrics.json words it
+}  # train()'s reasons, as metrics.json words them
 # Named recipes: model changes (set) and settings of RunConfig, chosen on validation BLEU (§6.1 results shows the
 # searches). Options given on the command line override the recipe's.
 RECIPES = {
@@ -316,6 +314,11 @@ def recipe_config(recipe: str | None) -> RunConfig:
     return base
 
 
+def merge_set(pairs: list[str], changes: dict) -> list[str]:
+    """--set FIELD=VALUE pairs with `changes` over them: a field that changes leaves `pairs` and comes last."""
+    return [p for p in pairs if p.partition("=")[0] not in changes] + [f"{k}={v}" for k, v in changes.items()]
+
+
 def parse_args(argv: list[str] | None = None) -> RunConfig:
     """The run's settings: those given, then the recipe's, then RunConfig's defaults."""
     given = vars(parser().parse_args(argv))
@@ -323,8 +326,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     recipe_set = config.set
     for name, value in given.items():
         setattr(config, name, value)
-    changed = {pair.partition("=")[0] for pair in given.get("set", [])}
-    config.set = [p for p in recipe_set if p.partition("=")[0] not in changed] + list(given.get("set", []))
+    config.set = merge_set(recipe_set, dict(pair.partition("=")[::2] for pair in given.get("set", [])))
     return config
 
 
@@ -579,7 +581,8 @@ def train_phase(s: State, args: RunConfig, started: float) -> None:
             return
     s.last = read_checkpoint(checkpoints(s.ckpt_dir)[-1])["progress"]
     # the setting that ended training, as train() reports it (and stores it with the last checkpoint)
-    s.stopped_by = STOPPED_BY.get(s.history.get("stopped_by") or s.last.get("stopped_by"), "unknown")
+    reason = s.history.get("stopped_by") or s.last.get("stopped_by") or "unknown"
+    s.stopped_by = STOPPED_BY.get(reason, reason)
     print(f"training: {s.last['step']} updates, {s.last['epoch']} epochs, stopped by {s.stopped_by}", flush=True)
 
 

@@ -296,15 +296,13 @@ def _flags(settings: dict) -> list[str]:
 def recipe_config(recipe: dict | None, settings: dict) -> experiment.RunConfig:
     """The final runs' settings (direction and folders still to be given): the profile's, then the chosen row's
     model changes and experiment options."""
-    config = experiment.recipe_config(settings.get("recipe"))
     given = {k: v for k, v in settings.items() if k != "set"}
-    config = dataclasses.replace(config, direction="en-de", out="", **given)
+    config = dataclasses.replace(experiment.recipe_config(settings.get("recipe")), **given)
     changes = dict(pair.partition("=")[::2] for pair in settings.get("set", []))
     if recipe:
-        changes.update({k: str(v) for k, v in recipe["changes"].items()})
+        changes.update(recipe["changes"])
         config = dataclasses.replace(config, **recipe["options"])
-    mine = set(changes)
-    config.set = [p for p in config.set if p.partition("=")[0] not in mine] + [f"{k}={v}" for k, v in changes.items()]
+    config.set = experiment.merge_set(config.set, changes)
     return config
 
 

@@ -48,6 +48,30 @@ class VariationsError(RuntimeError):
     """A bad option; the message says what to do."""
 
 
+# The paper's Table 3 (Vaswani et al., 2017; newstest2013 dev): row -> (perplexity per wordpiece, BLEU, parameters
+# ×10^6, None where the paper gives none), in the paper's own values.
+TABLE_3 = {
+    "base": (4.92, 25.8, 65),
+    "h=1, d_k=d_v=512": (5.29, 24.9, None),
+    "h=4, d_k=d_v=128": (5.00, 25.5, None),
+    "h=16, d_k=d_v=32": (4.91, 25.8, None),
+    "h=32, d_k=d_v=16": (5.01, 25.4, None),
+    "d_k=16": (5.16, 25.1, 58),
+    "d_k=32": (5.01, 25.4, 60),
+    "N=4": (5.19, 25.3, 50),
+    "N=8": (4.88, 25.5, 80),
+    "d_model=256, d_k=d_v=32": (5.75, 24.5, 28),
+    "d_model=1024, d_k=d_v=128": (4.66, 26.0, 168),
+    "d_ff=1024": (5.12, 25.4, 53),
+    "d_ff=4096": (4.75, 26.2, 90),
+    "P_drop=0.0": (5.77, 24.6, None),
+    "P_drop=0.2": (4.95, 25.5, None),
+    "eps_ls=0.0": (4.67, 25.3, None),
+    "eps_ls=0.2": (5.47, 25.7, None),
+    "positional embedding instead of sinusoids": (4.92, 25.7, None),
+}
+
+
 @dataclass(frozen=True)
 class Row:
     """One row of Table 3 at our scale: TransformerConfig changes to the base and the paper's row it mirrors."""
@@ -55,19 +79,31 @@ class Row:
     name: str
     family: str  # "base" or A–E
     changes: dict = field(default_factory=dict)
-    paper_row: str | None = None  # the paper's row, in its own values; None where the paper has no such row
-    ppl: float | None = None  # the paper's newstest2013 dev perplexity (per wordpiece)
-    bleu: float | None = None  # the paper's newstest2013 dev BLEU
-    params: int | None = None  # the paper's parameter count ×10^6 (blank in the paper for rows A, D, E)
+    paper_row: str | None = None  # the paper's row (a key of TABLE_3); None where the paper has no such row
     note: str = ""
     options: dict = field(default_factory=dict)  # experiment options (OPTIONS) that differ from the base run
+
+    @property
+    def ppl(self) -> float | None:
+        """The paper's newstest2013 dev perplexity (per wordpiece)."""
+        return TABLE_3[self.paper_row][0] if self.paper_row else None
+
+    @property
+    def bleu(self) -> float | None:
+        """The paper's newstest2013 dev BLEU."""
+        return TABLE_3[self.paper_row][1] if self.paper_row else None
+
+    @property
+    def params(self) -> int | None:
+        """The paper's parameter count ×10^6 (blank in the paper for rows A, D, E)."""
+        return TABLE_3[self.paper_row][2] if self.paper_row else None
 
     def paper(self) -> dict:
         """The paper's Table 3 values of this row, None where it has none."""
         return {"row": self.paper_row, "ppl_dev": self.ppl, "bleu_dev": self.bleu, "params_1e6": self.params}
 
 
-# Paper values: Table 3 of Vaswani et al. (2017), newstest2013. Our base (N=4, d_model=256, h=4, d_k=64,
+# The rows of the `multi30k` preset. Our base (N=4, d_model=256, h=4, d_k=64,
 # P_drop=0.3) mirrors the paper's base (N=6, d_model=512, h=8, d_k=64, P_drop=0.1).
 ROWS = [
     Row(
@@ -75,91 +111,61 @@ ROWS = [
         "base",
         {},
         "base",
-        4.92,
-        25.8,
-        65,
-        "the paper's base: N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, eps_ls=0.1",
+        note="the paper's base: N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, eps_ls=0.1",
     ),
-    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", 5.29, 24.9, None, "one head, as the paper's single-head row"),
-    Row("A-h2", "A", {"h": 2}, "h=4, d_k=d_v=128", 5.00, 25.5, None, "same d_k as the paper's row"),
-    Row("A-h8", "A", {"h": 8}, "h=16, d_k=d_v=32", 4.91, 25.8, None, "same d_k as the paper's row"),
-    Row("A-h16", "A", {"h": 16}, "h=32, d_k=d_v=16", 5.01, 25.4, None, "same d_k as the paper's row"),
+    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", note="one head, as the paper's single-head row"),
+    Row("A-h2", "A", {"h": 2}, "h=4, d_k=d_v=128", note="same d_k as the paper's row"),
+    Row("A-h8", "A", {"h": 8}, "h=16, d_k=d_v=32", note="same d_k as the paper's row"),
+    Row("A-h16", "A", {"h": 16}, "h=32, d_k=d_v=16", note="same d_k as the paper's row"),
     Row(
         "B-d_k16",
         "B",
         {"d_k": 16},
         "d_k=16",
-        5.16,
-        25.1,
-        58,
-        "aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64",
+        note="aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64",
     ),
     Row(
         "B-d_k32",
         "B",
         {"d_k": 32},
         "d_k=32",
-        5.01,
-        25.4,
-        60,
-        "aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64",
+        note="aiayn.model sets d_v = d_k, so d_v shrinks too; the paper keeps d_v = 64",
     ),
-    Row("C-N2", "C", {"N": 2}, "N=4", 5.19, 25.3, 50, "two layers fewer than base, as the paper's N=4"),
-    Row("C-N6", "C", {"N": 6}, "N=8", 4.88, 25.5, 80, "two layers more than base, as the paper's N=8"),
+    Row("C-N2", "C", {"N": 2}, "N=4", note="two layers fewer than base, as the paper's N=4"),
+    Row("C-N6", "C", {"N": 6}, "N=8", note="two layers more than base, as the paper's N=8"),
     Row(
         "C-d_model128",
         "C",
         {"d_model": 128},
         "d_model=256, d_k=d_v=32",
-        5.75,
-        24.5,
-        28,
-        "d_ff stays at the base value, as in the paper's row (its 28M count needs d_ff = 2048 there)",
+        note="d_ff stays at the base value, as in the paper's row (its 28M count needs d_ff = 2048 there)",
     ),
     Row(
         "C-d_model512",
         "C",
         {"d_model": 512},
         "d_model=1024, d_k=d_v=128",
-        4.66,
-        26.0,
-        168,
-        "d_ff stays at the base value, as in the paper's row (its 168M count needs d_ff = 2048 there)",
+        note="d_ff stays at the base value, as in the paper's row (its 168M count needs d_ff = 2048 there)",
     ),
-    Row("C-d_ff512", "C", {"d_ff": 512}, "d_ff=1024", 5.12, 25.4, 53, "half of base, as in the paper"),
-    Row("C-d_ff2048", "C", {"d_ff": 2048}, "d_ff=4096", 4.75, 26.2, 90, "twice base, as in the paper"),
-    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", 5.77, 24.6, None, "no dropout"),
+    Row("C-d_ff512", "C", {"d_ff": 512}, "d_ff=1024", note="half of base, as in the paper"),
+    Row("C-d_ff2048", "C", {"d_ff": 2048}, "d_ff=4096", note="twice base, as in the paper"),
+    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", note="no dropout"),
     Row(
         "D-P_drop0.1",
         "D",
         {"P_drop": 0.1},
         None,
-        None,
-        None,
-        None,
-        "no paper row: less dropout than our base (the paper's base uses P_drop = 0.1)",
+        note="no paper row: less dropout than our base (the paper's base uses P_drop = 0.1)",
     ),
-    Row(
-        "D-P_drop0.5",
-        "D",
-        {"P_drop": 0.5},
-        "P_drop=0.2",
-        4.95,
-        25.5,
-        None,
-        "more dropout than base, as the paper's 0.2",
-    ),
-    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", 4.67, 25.3, None, "no label smoothing"),
-    Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", 5.47, 25.7, None, "twice base, as in the paper"),
+    Row("D-P_drop0.5", "D", {"P_drop": 0.5}, "P_drop=0.2", note="more dropout than base, as the paper's 0.2"),
+    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", note="no label smoothing"),
+    Row("D-eps_ls0.2", "D", {"eps_ls": 0.2}, "eps_ls=0.2", note="twice base, as in the paper"),
     Row(
         "E-learned",
         "E",
         {"learned_positions": True},
         "positional embedding instead of sinusoids",
-        4.92,
-        25.7,
-        None,
-        "learned positional embeddings (up to max_len positions)",
+        note="learned positional embeddings (up to max_len positions)",
     ),
     Row("R-bpe4000", "R", note="a smaller joint BPE vocabulary", options={"bpe_size": 4000}),
     Row("R-bpe16000", "R", note="a larger joint BPE vocabulary", options={"bpe_size": 16000}),
@@ -175,36 +181,30 @@ ROWS = [
 # P_drop=0.1, eps_ls=0.1), trained for the same number of updates; the paper's row at the same ratio to its base.
 CPU_UPDATES = 500  # updates per run: about 8 minutes of one core for the base
 CPU_ROWS = [
-    Row("base", "base", {}, "base", 4.92, 25.8, 65, "the CPU recipe's model at CPU_UPDATES updates"),
-    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", 5.29, 24.9, None, "one head of d_k = d_model"),
-    Row("A-h4", "A", {"h": 4}, "h=4, d_k=d_v=128", 5.00, 25.5, None, "half the heads, twice d_k"),
-    Row("A-h16", "A", {"h": 16}, "h=16, d_k=d_v=32", 4.91, 25.8, None, "twice the heads, half d_k"),
-    Row("B-d_k16", "B", {"d_k": 16, "d_v": 32}, "d_k=32", 5.01, 25.4, 60, "half d_k; d_v kept, as in the paper"),
-    Row("B-d_k8", "B", {"d_k": 8, "d_v": 32}, "d_k=16", 5.16, 25.1, 58, "a quarter of d_k; d_v kept"),
-    Row("C-N2", "C", {"N": 2}, "N=4", 5.19, 25.3, 50, "two thirds of the layers, as the paper's N=4"),
-    Row("C-N4", "C", {"N": 4}, "N=8", 4.88, 25.5, 80, "four thirds of the layers, as the paper's N=8"),
+    Row("base", "base", {}, "base", note="the CPU recipe's model at CPU_UPDATES updates"),
+    Row("A-h1", "A", {"h": 1}, "h=1, d_k=d_v=512", note="one head of d_k = d_model"),
+    Row("A-h4", "A", {"h": 4}, "h=4, d_k=d_v=128", note="half the heads, twice d_k"),
+    Row("A-h16", "A", {"h": 16}, "h=16, d_k=d_v=32", note="twice the heads, half d_k"),
+    Row("B-d_k16", "B", {"d_k": 16, "d_v": 32}, "d_k=32", note="half d_k; d_v kept, as in the paper"),
+    Row("B-d_k8", "B", {"d_k": 8, "d_v": 32}, "d_k=16", note="a quarter of d_k; d_v kept"),
+    Row("C-N2", "C", {"N": 2}, "N=4", note="two thirds of the layers, as the paper's N=4"),
+    Row("C-N4", "C", {"N": 4}, "N=8", note="four thirds of the layers, as the paper's N=8"),
     Row(
         "C-d_model128",
         "C",
         {"d_model": 128},
         "d_model=256, d_k=d_v=32",
-        5.75,
-        24.5,
-        28,
-        "half d_model (d_k follows: 16); d_ff kept, as in the paper",
+        note="half d_model (d_k follows: 16); d_ff kept, as in the paper",
     ),
-    Row("C-d_ff1024", "C", {"d_ff": 1024}, "d_ff=4096", 4.75, 26.2, 90, "twice d_ff"),
-    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", 5.77, 24.6, None, "no dropout"),
-    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", 4.67, 25.3, None, "no label smoothing"),
+    Row("C-d_ff1024", "C", {"d_ff": 1024}, "d_ff=4096", note="twice d_ff"),
+    Row("D-P_drop0", "D", {"P_drop": 0.0}, "P_drop=0.0", note="no dropout"),
+    Row("D-eps_ls0", "D", {"eps_ls": 0.0}, "eps_ls=0.0", note="no label smoothing"),
     Row(
         "E-learned",
         "E",
         {"learned_positions": True},
         "positional embedding instead of sinusoids",
-        4.92,
-        25.7,
-        None,
-        "learned positional embeddings",
+        note="learned positional embeddings",
     ),
     # §5's settings around the recipe (batch 4,096 tokens, warmup 400, factor 0.64), at the same budget; a batch
     # of a different size gets the updates that see the same number of tokens
@@ -252,21 +252,21 @@ def config(row: Row, base_set: list[str] | None = None, base: str = BASE) -> Tra
 
 def select(names: list[str], base: str = BASE) -> list[Row]:
     """Rows by name, by family letter (A–E), "base" or "all", in Table 3 order."""
-    ROWS, BY_NAME = rows_of(base)
+    rows, by_name = rows_of(base)
     wanted = set()
     for name in names:
         if name == "all":
-            wanted |= set(BY_NAME)
+            wanted |= set(by_name)
         elif name in FAMILIES:
-            wanted |= {row.name for row in ROWS if row.family == name}
-        elif name in BY_NAME:
+            wanted |= {row.name for row in rows if row.family == name}
+        elif name in by_name:
             wanted.add(name)
         else:
             raise VariationsError(
                 f"--rows {name}: unknown row; give a family ({', '.join(FAMILIES)}), 'all', "
-                f"or a row name from --list: {', '.join(BY_NAME)}"
+                f"or a row name from --list: {', '.join(by_name)}"
             )
-    return [row for row in ROWS if row.name in wanted]
+    return [row for row in rows if row.name in wanted]
 
 
 def describe(row: Row, c: TransformerConfig) -> str:
@@ -338,13 +338,13 @@ def record(row: Row, seed: int, metrics: dict) -> dict:
 
 def write_summary(out: Path, failures: list[dict], command: str, base: str = BASE) -> dict:
     """summary.json from every <row>-s<seed>/metrics.json under out, with means over seeds per row."""
-    ROWS, BY_NAME = rows_of(base)
+    rows, by_name = rows_of(base)
 
     def seed(path):
         return int(path.parent.name.rsplit("-s", 1)[1])
 
     runs = []
-    for row in ROWS:
+    for row in rows:
         for path in sorted(out.glob(f"{row.name}-s*/metrics.json"), key=seed):
             runs.append(record(row, seed(path), json.loads(path.read_text("utf-8"))))
     by_row = {}
@@ -352,7 +352,7 @@ def write_summary(out: Path, failures: list[dict], command: str, base: str = BAS
         mine = [r for r in runs if r["row"] == name]
         by_row[name] = {
             "seeds": [r["seed"] for r in mine],
-            "paper": BY_NAME[name].paper(),
+            "paper": by_name[name].paper(),
             **{
                 f"{key}_mean": statistics.fmean(r[key] for r in mine)
                 for key in ("val_ppl", "val_bleu", "val_bleu_tok_lc")
@@ -439,8 +439,7 @@ def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ck
         average_last=args.average_last,
         **{**given, **row.options},
     )
-    config.set = [*(p for p in config.set if p.partition("=")[0] not in changes)]
-    config.set += [f"{k}={v}" for k, v in changes.items()]
+    config.set = experiment.merge_set(config.set, changes)
     return experiment.to_argv(config)
 
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _chromium import CHROMIUM, dom_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 VEGA = ROOT / "book" / "_static" / "vega"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 CHART_NOTEBOOK = {
     "cells": [
@@ -44,33 +44,6 @@ def test_vendored_vega_matches_altair():
     assert f'vegaembed_version: "{alt.VEGAEMBED_VERSION}"' in versions
     assert f'"{alt.VEGALITE_VERSION}"' in (VEGA / "vega-lite.min.js").read_text()
     assert re.search(rf'version="{alt.VEGA_VERSION}\.\d+\.\d+"', (VEGA / "vega.min.js").read_text())
-
-
-def dom_offline(page: Path, profile: Path, *options: str, budget_ms: int = 10000) -> str:
-    """The DOM of `page` after headless Chromium ran it, with no network at all (a CDN fetch would fail)."""
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-quic",
-            "--no-first-run",
-            "--host-resolver-rules=MAP * ~NOTFOUND",
-            f"--user-data-dir={profile}",
-            *options,
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
 
 
 def drawn_charts(page: Path, tmp_path: Path) -> tuple[int, int]:

@@ -10,19 +10,17 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+from _chromium import CHROMIUM, dom_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 TOC = (ROOT / "_toc.yml").read_text()
 PAGES = [re.search(r"root: (\S+)", TOC).group(1)] + re.findall(r"file: (\S+)", TOC)  # "book/intro", ...
 NOTEBOOKS = [p for p in PAGES if (ROOT / f"{p}.ipynb").is_file()]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 # Code is set in 13 px monospace (book/_static/custom.css); at a 1280 px window the code column holds 79
 # characters, PEP 8's limit. test_code_column_holds_the_limit measures the rendered page to keep this true.
@@ -602,30 +600,16 @@ def browser(width: int) -> dict[str, list[dict]]:
     with tempfile.TemporaryDirectory() as tmp:
         harness = Path(tmp) / "harness.html"
         harness.write_text(HARNESS % {"pages": json.dumps(pages), "width": width}, encoding="utf-8")
-        dom = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-quic",
-                "--no-first-run",
-                "--host-resolver-rules=MAP * ~NOTFOUND",
-                "--allow-file-access-from-files",
-                "--hide-scrollbars",
-                f"--user-data-dir={Path(tmp) / 'profile'}",
-                f"--window-size={width + 40},1000",
-                "--virtual-time-budget=600000",
-                "--dump-dom",
-                harness.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
+        dom = dom_offline(
+            harness,
+            Path(tmp) / "profile",
+            "--allow-file-access-from-files",
+            "--hide-scrollbars",
+            f"--window-size={width + 40},1000",
+            budget_ms=600000,
             timeout=900,
-        ).stdout
+            check=False,
+        )
     m = re.search(r'<pre id="out">(.*?)</pre>', dom, re.S)
     if not m or not m.group(1).strip():
         pytest.fail(f"Chromium did not finish measuring the pages at {width} px")
