@@ -87,13 +87,26 @@ def _student(a: Assignment, namespace: dict):
     raise Failed(f"no {' or '.join(a.names)} is defined: the checks call {a.signature}")
 
 
-def check(assignment: str, key: str, namespace: dict) -> None:
-    """Run one check on the student's function, found by name in ``namespace`` (a notebook's ``globals()``)."""
+def check(assignment: str, key: str, namespace: dict, grading: dict | None = None) -> None:
+    """Run one check on the student's function, found by name in ``namespace`` (a notebook's ``globals()``).
+
+    Under the course's grader, ``grading`` holds a nonce and the grader's record of the tools the checks use (see
+    ``tools``): a check whose tools were replaced fails, and the check emits a record of its result with the nonce,
+    from which the grader takes its points."""
     a = ASSIGNMENTS[assignment]
     c = next((c for c in a.checks if c.key == key), None)
     if c is None:
         raise KeyError(f"{assignment} has no check {key!r}; its checks are {[c.key for c in a.checks]}")
-    message = _run(a, c, namespace)
+    flags: list[str] = []
+    message = _replaced(grading, "before this check ran", flags) if grading else ""
+    if not message:
+        message = _run(a, c, namespace, flags)
+        message = (grading and _replaced(grading, "while the check ran", flags)) or message
+    if grading:
+        from IPython.display import display
+
+        record = {"nonce": grading["nonce"], "check": f"{assignment}_{key}", "passed": not message}
+        display({CHECK_MIME: {**record, "message": message, "flags": flags}}, raw=True)
     points = f"{c.points} point{'s' * (c.points != 1)}"
     if message:  # printed wrapped, where a notebook or a feedback page shows it whole, then raised: 0 points
         import textwrap
@@ -114,13 +127,18 @@ def results(assignment: str, namespace) -> list[tuple[Check, str]]:
     return [(c, _run(a, c, namespace)) for c in a.checks]
 
 
-def _run(a: Assignment, c: Check, namespace: dict) -> str:
+def _run(a: Assignment, c: Check, namespace: dict, flags: list | None = None) -> str:
+    """The check's verdict: "" when it passes, else why not. What the report should flag goes into ``flags``."""
+    watch = None
     try:  # warnings and stderr of the student's code are dropped: nbgrader counts any stderr output as a failure
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             f = _student(a, namespace)
-            c.run(f, _Watch(a.references, namespace))
+            watch = _Watch(a.references, namespace)
+            c.run(f, watch)
     except Failed as err:
+        if watch is not None and watch.hits and flags is not None:
+            flags.append(f"calls {watch.hits[0]}")
         return str(err)
     except _Timeout:  # the time limit struck just after the student's function returned
         return f"your function did not return within {CALL_SECONDS:g} s (an endless loop?)"
@@ -130,6 +148,106 @@ def _run(a: Assignment, c: Check, namespace: dict) -> str:
         lines = str(err).strip().splitlines()
         return f"your code raised {type(err).__name__}: {lines[0] if lines else ''}"[:400]
     return ""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The checks' tools: what they call to compute and compare, as the grader's own process has them
+# ----------------------------------------------------------------------------------------------------------
+
+CHECK_MIME = "application/vnd.aiayn.check+json"  # the record of a graded check's result
+_BUILTIN_FUNCTION = [].append.__class__  # taken from C types, which no cell can change
+_TYPE = ().__class__.__class__
+_HEAP_TYPE = 1 << 9  # a class made by Python code, never a built-in type
+_WATCHED = ("math", "sys", "signal", "torch", "torch.nn.functional", "torch.Tensor")
+
+
+def _signature(obj) -> list:
+    """What identifies a function of torch, math or sys across processes: its kind, name and where it lives."""
+    kind = type(obj).__name__
+    if kind == "builtin_function_or_method":
+        owner = obj.__self__
+        return [kind, obj.__name__, getattr(owner, "__name__", type(owner).__name__)]
+    if kind == "function":
+        while obj.__code__.co_filename.endswith(os.path.join("torch", "_compile.py")) and hasattr(obj, "__wrapped__"):
+            obj = obj.__wrapped__  # torch wraps some of its functions when an optimizer is first made
+        code = obj.__code__
+        return [kind, obj.__qualname__, code.co_filename, code.co_firstlineno, len(code.co_code), list(code.co_names)]
+    if hasattr(obj, "__objclass__"):  # a method or attribute of a C type
+        return [kind, obj.__objclass__.__qualname__, getattr(obj, "__name__", "")]
+    if isinstance(obj, type):
+        return [kind, obj.__module__, obj.__qualname__, [b.__qualname__ for b in obj.__bases__]]
+    if kind in ("int", "float", "str", "bool", "NoneType", "dtype"):
+        return [kind, repr(obj)]
+    return [kind]
+
+
+def _owner(name: str):
+    torch = _torch()
+    return {"torch": torch, "torch.nn.functional": torch.nn.functional, "torch.Tensor": torch.Tensor}.get(
+        name
+    ) or importlib.import_module(name)
+
+
+def tools() -> dict:
+    """The grader's record of the checks' tools, taken in its own process: each built-in function and type that this
+    file uses, and each attribute of math, sys, signal, torch, torch.nn.functional and torch.Tensor that it names."""
+    import ast
+    import builtins
+
+    with open(__file__, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    named |= {"setprofile", "getprofile", "settrace", "setitimer", "signal", "allclose", "equal", "isclose"}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {"__import__", "exec", "compile", "globals"}
+    kinds = []
+    for name, obj in vars(builtins).items():
+        if name not in used:
+            continue
+        if obj.__class__ is _BUILTIN_FUNCTION:
+            kinds.append([name, obj.__name__, obj.__self__.__name__])
+        elif obj.__class__ is _TYPE and not obj.__flags__ & _HEAP_TYPE and not name.startswith("_"):
+            kinds.append([name, obj.__name__, ""])
+    modules = {}
+    for module in _WATCHED:
+        owner = _owner(module)
+        modules[module] = {n: _signature(getattr(owner, n)) for n in sorted(named) if hasattr(owner, n)}
+    return {"builtins": kinds, "modules": modules}
+
+
+def _builtins_replaced(kinds: list) -> list[str]:
+    """The built-ins that are no longer the interpreter's own, found without calling any built-in."""
+    space = _student.__globals__["__builtins__"]
+    space = space if space.__class__ is {}.__class__ else space.__dict__
+    replaced = []
+    for name, own, owner in kinds:  # owner: the module of a built-in function ("" for a type)
+        obj = space.get(name)
+        if owner:
+            same = obj.__class__ is _BUILTIN_FUNCTION and obj.__name__ == own and obj.__self__.__name__ == owner
+        else:
+            same = obj.__class__ is _TYPE and obj.__name__ == own and not obj.__flags__ & _HEAP_TYPE
+        if not same:
+            replaced.append(f"builtins.{name}")
+    return replaced
+
+
+def _replaced(grading: dict, when: str, flags: list) -> str:
+    """ "" when the checks' tools are the grader's, else a failure naming what was replaced (and a flag)."""
+    record = grading["tools"]
+    replaced = _builtins_replaced(record["builtins"])
+    if not replaced:
+        for module, names in record["modules"].items():
+            owner = _owner(module)
+            replaced += [f"{module}.{n}" for n, sig in names.items() if _signature(getattr(owner, n, None)) != sig]
+        torch = _torch()
+        if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+            replaced.append("torch's dispatch (a TorchFunctionMode or TorchDispatchMode is active)")
+    if not replaced:
+        return ""
+    flags.append(f"replaced {', '.join(replaced[:3])}")
+    return (
+        f"the tools the checks compute and compare with were replaced {when} ({', '.join(replaced[:3])}"
+        f"{', ...' if len(replaced) > 3 else ''}): a check does not count on replaced tools"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -178,6 +296,61 @@ def _code_objects(code: types.CodeType, prefix: str = "") -> dict[str, types.Cod
     return found
 
 
+def _tree(source: str, qualname: str | None = None):
+    """The definition of ``qualname`` (or the first function) in ``source``, as an ast node, or None."""
+    import ast
+    import textwrap
+
+    try:
+        nodes = ast.parse(textwrap.dedent(source)).body
+    except SyntaxError:
+        return None
+    for part in (qualname or "").split(".") if qualname else [None]:
+        node = next(
+            (n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and part in (None, n.name)), None
+        )
+        if node is None:
+            return None
+        nodes = node.body
+    return node
+
+
+def _source_fingerprint(node) -> str:
+    """A function's syntax tree without its name, docstring, annotations and comments, its arguments and local
+    names numbered in order: the chapter's function in a notebook cell, a pasted copy under another name or with
+    renamed variables, and the package's function have one fingerprint, however each was compiled."""
+    import ast
+    import copy as _copy
+
+    node = _copy.deepcopy(node)
+    node.name, node.decorator_list, node.returns = "f", [], None
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        node.body = body[1:] or [ast.Pass()]
+    names: dict[str, str] = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.arg):
+            n.annotation = None
+            n.arg = names.setdefault(n.arg, f"v{len(names)}")
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.setdefault(n.id, f"v{len(names)}")
+        elif isinstance(n, ast.AnnAssign):
+            n.annotation = ast.Constant(None)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in names:
+            n.id = names[n.id]
+    return ast.dump(node, annotate_fields=False)
+
+
+def _size(node) -> int:
+    import ast
+
+    return sum(1 for _ in ast.walk(node))
+
+
+_MIN_TREE = 60  # shorter references (by syntax-tree nodes) are matched by identity only
+
+
 _MIN_COPY = 24  # shorter references are matched by identity only: an answer written from scratch may compile alike
 
 
@@ -191,9 +364,12 @@ class _Watch:
         self.shapes: set[tuple] = set()  # _shape of those code objects: a cheap test before fingerprinting
         self.objects: dict[int, str] = {}  # id(code object) -> dotted name
         self.builtins: dict[str, str] = {}  # name of a C function -> dotted name
+        self.sources: dict[str, str] = {}  # _source_fingerprint -> dotted name
+        self.hits: list[str] = []
         self._keep = []
         for path in references:
             self._add(path, namespace)
+        self.own_file = _student.__code__.co_filename  # this file (or a copy of it): its functions are the checks'
 
     def _add(self, path: str, namespace: dict) -> None:
         for i in range(1, path.count(".") + 1):  # the longest module path first
@@ -206,9 +382,11 @@ class _Watch:
                 continue
             if spec.origin and spec.origin.endswith(".py") and module.startswith("aiayn."):
                 with open(spec.origin, encoding="utf-8") as fh:  # the code as the file has it, whatever was patched
-                    code = _code_objects(compile(fh.read(), spec.origin, "exec")).get(qualname)
+                    text = fh.read()
+                code = _code_objects(compile(text, spec.origin, "exec")).get(qualname)
                 if code is not None:
                     self._code(code, path, namespace, qualname)
+                    self._source(_tree(text, qualname), path)
                     return
             obj = sys.modules.get(module) or importlib.import_module(module)
             for part in qualname.split("."):
@@ -216,6 +394,12 @@ class _Watch:
             obj = getattr(obj, "__func__", obj)
             if isinstance(obj, types.FunctionType):
                 self._code(obj.__code__, path, namespace, qualname)
+                try:
+                    import inspect
+
+                    self._source(_tree(inspect.getsource(obj)), path)
+                except (OSError, TypeError):
+                    pass
                 return
             if callable(obj):
                 self.builtins[getattr(obj, "__name__", qualname.split(".")[-1])] = path
@@ -238,15 +422,42 @@ class _Watch:
                 self.objects[id(live)] = path
                 self._keep.append(live)
 
+    def _source(self, node, path: str) -> None:
+        if node is not None and _size(node) >= _MIN_TREE:
+            self.sources[_source_fingerprint(node)] = path
+
     def _match(self, code: types.CodeType, seen: dict) -> str | None:
         key = id(code)
         if key not in seen:
             copy = _shape(code) in self.shapes and self.codes.get(_fingerprint(code))
-            seen[key] = (code, self.objects.get(key) or copy or None)
+            seen[key] = (code, self.objects.get(key) or copy or self._same_source(code) or None)
         return seen[key][1]
 
+    def _same_source(self, code: types.CodeType) -> str | None:
+        """The reference whose source this code object's source is (a notebook cell's, found through linecache),
+        for code outside the installed libraries."""
+        if not self.sources or code.co_filename.startswith((sys.prefix, sys.base_prefix, "<frozen")):
+            return None
+        import inspect
+
+        try:
+            node = _tree("".join(inspect.getsourcelines(code)[0]))
+        except (OSError, TypeError, IndexError):
+            return None
+        return self.sources.get(_source_fingerprint(node)) if node is not None else None
+
+    def _own(self, frame) -> bool:
+        """A function of this file's top level (a reference implementation), called from outside this file."""
+        code = frame.f_code
+        return (
+            code.co_filename == self.own_file
+            and "." not in getattr(code, "co_qualname", code.co_name)
+            and frame.f_back is not None
+            and frame.f_back.f_code.co_filename != self.own_file
+        )
+
     def __call__(self, f, *args, **kwargs):
-        hits: list[str] = []
+        hits = self.hits
         seen: dict = {}
 
         def profile(frame, event, arg):
@@ -254,6 +465,8 @@ class _Watch:
                 name = self._match(frame.f_code, seen)
                 if name:
                     hits.append(name)
+                elif self._own(frame):
+                    hits.append("the checks' own reference")
             elif event == "c_call" and self.builtins:
                 name = self.builtins.get(getattr(arg, "__name__", None))
                 if name:
@@ -269,6 +482,9 @@ class _Watch:
 
             previous_handler = signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
+        code = getattr(getattr(f, "__func__", f), "__code__", None)
+        if code is not None and code.co_filename == self.own_file and "." not in getattr(code, "co_qualname", "."):
+            hits.append("the checks' own reference")  # the student's function is one of this file's
         previous_profile = sys.getprofile()
         sys.setprofile(profile)
         try:
@@ -301,6 +517,8 @@ def _tensor(x):
     torch = _torch()
     if isinstance(x, (tuple, list)) and x and isinstance(x[0], torch.Tensor) and len(x) == 2:
         x = x[0]  # (output, weights)
+    if isinstance(x, torch.Tensor) and type(x) not in (torch.Tensor, torch.nn.Parameter):
+        raise Failed(f"return a torch.Tensor, not a {type(x).__name__}: a subclass can change how it compares")
     return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else x).to(torch.float64).cpu()
 
 

@@ -218,37 +218,50 @@ NBGRADER_CONFIG = '''\
 import os
 import warnings
 
+from nbconvert.preprocessors import ClearMetadataPreprocessor
 from sqlalchemy.exc import SAWarning
 
-from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, IgnorePattern,
+                                    LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
-from aiayn._nbgrader import RestoreCells
+from aiayn._nbgrader import Execute, RestoreCells
 
 c = get_config()  # noqa: F821
 
 # Time limits in seconds. A cell that runs longer is interrupted and marked with an error; the cells after it still
-# run, so the checks after a looping cell earn their points.
+# run, so the checks after a looping cell earn their points. A cell that does not stop when interrupted (a long call
+# into C code) is skipped, and the notebook graded again without it.
 STUDENT_CELL = 30   # a cell the student writes, and each check cell
 BOOK_CELL = 600     # the book's own (read-only) cells, which train small models in some chapters
 CHECK_CALL = 10     # one call of the student's function inside a check
 
+# Each submission's kernel runs in a bubblewrap sandbox: it cannot write the package, this folder, the gradebook or
+# another submission, cannot read the checks or the solutions, and has no network. Set this to False only to try
+# the course on a machine without bubblewrap, never to grade a class.
+SANDBOX = {sandbox}
+
 
 def cell_timeout(cell):
-    meta = cell.metadata.get("nbgrader", {})
+    meta = cell.metadata.get("nbgrader", {{}})
     book = meta.get("locked") and not meta.get("grade") and not meta.get("solution")
     return BOOK_CELL if book else STUDENT_CELL
 
 
 c.Execute.timeout_func = cell_timeout
 c.Execute.interrupt_on_timeout = True
-c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]  # no warning from each kernel about its transport
+c.Execute.sandbox = SANDBOX
+c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
 
 # Every nbgrader cell of a submission takes its metadata (points, read-only, graded) from the gradebook, never from
-# the submission; nbgrader's OverwriteCells then restores the read-only and graded cells' source.
+# the submission; nbgrader's OverwriteCells then restores the read-only and graded cells' source. The book's Execute
+# then grades each check cell by its check's own result.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells,
                                       OverwriteCells, CheckCellMetadata]
+c.Autograde.autograde_preprocessors = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+c.ClearMetadataPreprocessor.preserve_cell_metadata_mask = [("nbgrader",), ("aiayn",)]
 '''
 
 
@@ -263,10 +276,21 @@ def notebook_path(name) -> Path:
     raise FileNotFoundError(f"no notebook with exercises named {name}; they are: {', '.join(p.stem for p in found)}")
 
 
-def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
+def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool = True) -> list[str]:
     """Write an nbgrader course: ``root/nbgrader_config.py`` (unless one exists) and
-    ``root/source/<assignment>/<assignment>.ipynb`` for every notebook with exercises. Returns the assignment ids."""
+    ``root/source/<assignment>/<assignment>.ipynb`` for every notebook with exercises. Returns the assignment ids.
+    With ``sandbox`` (the default), the machine must be able to run bubblewrap: grading a class needs it."""
     import nbformat
+
+    from aiayn._nbgrader import sandbox_problem
+
+    problem = sandbox and sandbox_problem()
+    if problem:
+        raise ValueError(
+            f"submissions are graded in a sandbox, and {problem}. Install it, or write the course with "
+            "--no-sandbox to try the course out (never to grade a class: a submission could then change the "
+            "checks, the gradebook and other students' grades)"
+        )
 
     root = Path(root)
     registry = checks()["ASSIGNMENTS"]
@@ -279,7 +303,7 @@ def write_course(root: Path, notebooks=None, link: bool = False) -> list[str]:
         written.append(path.stem)
     config = root / "nbgrader_config.py"
     if not config.exists():
-        config.write_text(NBGRADER_CONFIG)
+        config.write_text(NBGRADER_CONFIG.format(sandbox=sandbox))
     return written
 
 
@@ -294,6 +318,8 @@ def _error(cell) -> str:
         if out.get("output_type") == "error" and out.get("ename") != "KeyboardInterrupt":
             if out["ename"] == "CellTimeoutError":
                 return "timed out"
+            if out["ename"] == "CellStopped":
+                return "stopped"
             lines = str(out.get("evalue", "")).strip().splitlines()
             return f"{out['ename']}: {lines[0] if lines else ''}" if out["ename"] != "Failed" else lines[0]
     return ""
@@ -354,17 +380,31 @@ def report(root: Path, assignment: str) -> list[str]:
                     score = 0.0
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
                 lines += [_detail(note) for note in notes]
-                failed = []
+                failed, flags = [], {}
                 for i, cell in enumerate(nbformat.read(graded, as_version=4).cells):
                     meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
+                    for flag in cell.metadata.get("aiayn", {}).get("check", {}).get("flags") or []:
+                        flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
                     if error == "timed out":
                         lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
-                    elif error and meta.get("grade"):
+                    elif error == "stopped":
+                        lines.append(
+                            _detail(
+                                f"cell {i} did not stop when interrupted (a long call into C code?): graded again "
+                                "without it"
+                            )
+                        )
+                    if error and error != "stopped" and meta.get("grade"):
                         failed.append((meta["grade_id"], error))
                 if len(failed) > 2 and len({e for _, e in failed}) == 1:
                     lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
                 else:
                     lines += [_detail(f"{key}: {error}") for key, error in failed]
+                lines += [
+                    _detail(f"FLAG {flag} ({', '.join(where)}): read this submission") for flag, where in flags.items()
+                ]
+                if score > a.max_score:
+                    lines.append(_detail(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed"))
     return lines
 
 
@@ -419,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("root", type=Path, help="the course directory (created if needed)")
     c.add_argument("notebooks", nargs="*", help="names or paths (default: every notebook with coding exercises)")
     c.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="grade without the bubblewrap sandbox (to try the course out, never to grade a class)",
+    )
+    c.add_argument(
         "--link-chapters",
         action="store_true",
         help="link each student notebook to its chapter (which shows the solutions)",
@@ -450,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                 for chk in a.checks:
                     print(f"    {chk.points}  {chk.key:13} {chk.what}")
         elif args.command == "course":
-            written = write_course(args.root, args.notebooks, args.link_chapters)
+            written = write_course(args.root, args.notebooks, args.link_chapters, not args.no_sandbox)
             print(
                 f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
                 f"{', '.join(written)}"

@@ -3,6 +3,7 @@ checks that give the book's solutions full marks and wrong answers the points of
 relative errors and the likely cause), no credit for calling or copying the book's code, and the whole nbgrader cycle
 on one assignment: generate, release, autograde, feedback, export."""
 
+import copy
 import importlib.util
 import inspect
 import math
@@ -461,3 +462,140 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
     columns = [0, 3, 7, 9, 10]  # cut -d, -f1,4,8,10,11
     rows = [line.split(",") for line in (root / "grades.csv").read_text().strip().splitlines()]
     assert "\n".join(",".join(row[i] for i in columns) for row in rows) == shown("cut -d, -f1,4,8,10,11 grades.csv")
+
+
+# ---- a class graded in the sandbox: what a submission can and cannot do ----------------------------------
+
+needs_sandbox = pytest.mark.skipif(
+    bool(__import__("aiayn._nbgrader", fromlist=["x"]).sandbox_problem()),
+    reason="grading needs bubblewrap (apt-get install bubblewrap)",
+)
+
+ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cosine, a cell added after the answers)
+    "a_honest": ("right", ""),
+    "b_tamper": (
+        "none",
+        "import glob, importlib.util, os\n"
+        "for path in [importlib.util.find_spec('aiayn.checks').origin, importlib.util.find_spec('aiayn').origin,\n"
+        "             '{root}/gradebook.db', *glob.glob('{root}/submitted/*/schedule/schedule.ipynb'),\n"
+        "             *glob.glob('{root}/source/*/*.ipynb'), '../../../gradebook.db']:\n"
+        "    try:\n"
+        "        with open(path, 'a') as fh:\n"
+        "            fh.write('20')\n"
+        "    except OSError:\n"
+        "        pass",
+    ),
+    "c_honest": ("right", ""),
+    "d_stuck_in_c": ("right", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')  # hours in one C call"),
+    "e_ignores_sigint": (
+        "right",
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nstart = time.time()\n"
+        "while time.time() - start < 120:\n    pass",
+    ),
+    "f_displays": (
+        "def warmup_cosine(step, peak, warmup, total):\n    get_ipython().displayhook(100)\n    return 0.0",
+        "",
+    ),
+    "g_patches": (
+        "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
+        "import builtins, math, torch\nmath.isclose = lambda *a, **k: True\ntorch.allclose = lambda *a, **k: True\n"
+        "builtins.abs = lambda x: 0.0",
+    ),
+    "h_reads_checks": (
+        "import importlib.util, runpy\n"
+        "warmup_cosine = runpy.run_path(importlib.util.find_spec('aiayn.checks').origin)['_warmup_cosine']",
+        "",
+    ),
+    "i_blanks_checks": (
+        "right-wrong",
+        "get_ipython().input_transformers_cleanup.append(lambda lines: [] if 'check' in ''.join(lines) else lines)",
+    ),
+    "j_no_profile": (
+        "import sys\nfrom aiayn.training import rate\nsys.setprofile = lambda f: None\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
+        "",
+    ),
+}
+
+
+@needs_sandbox
+def test_a_class_graded_in_the_sandbox(tmp_path):
+    """Ten submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
+    the package, the gradebook and other submissions changes no grade; a cell stuck in C or ignoring interrupts
+    loses only itself; displayed values, patched comparisons, the checks' own reference, blanked check cells and a
+    disabled call watch earn nothing; every graded cell earns 0 or its maximum; the report flags what it saw."""
+    import hashlib
+    import time
+
+    from nbgrader.api import Gradebook
+
+    root = tmp_path / "course"
+    course.write_course(root, [course.COURSE / "schedule.ipynb"])
+    config = root / "nbgrader_config.py"
+    text = (
+        config.read_text().replace("STUDENT_CELL = 30", "STUDENT_CELL = 3").replace("CHECK_CALL = 10", "CHECK_CALL = 2")
+    )
+    config.write_text(text + "c.Execute.interrupt_grace = 2\n")
+    assert _nbgrader(root, "generate_assignment", "schedule").returncode == 0
+    release = nbformat.read(root / "release" / "schedule" / "schedule.ipynb", as_version=4)
+    right = _answers(course.COURSE / "schedule.ipynb")
+    cosine = next(k for k in right if "warmup_cosine" in k)
+    wrong = {cosine: right[cosine].replace("(total - warmup)))", "total))")}
+    for student, (answer, extra) in ATTACKS.items():
+        answers = {"right": right, "right-wrong": {**right, **wrong}, "none": {}}.get(answer, {cosine: answer})
+        nb = copy.deepcopy(release)
+        solutions = [i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution")]
+        for i in solutions:
+            first = nb.cells[i].source.splitlines()[0]
+            nb.cells[i].source = answers.get(first, nb.cells[i].source)
+        if extra:
+            nb.cells.insert(solutions[0] + 1, nbformat.v4.new_code_cell(extra.format(root=root)))
+        path = root / "submitted" / student / "schedule" / "schedule.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+    protected = [Path(importlib.util.find_spec("aiayn.checks").origin), root / "source/schedule/schedule.ipynb"]
+    protected += sorted((root / "submitted").glob("*/schedule/schedule.ipynb"))
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
+
+    start = time.perf_counter()
+    run = _nbgrader(root, "autograde", "schedule")
+    seconds = time.perf_counter() - start
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected} == before
+
+    total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        scores = {s: gb.find_submission("schedule", s).score for s in ATTACKS}
+        for student in ATTACKS:
+            for grade in gb.find_submission_notebook("schedule", "schedule", student).grades:
+                assert grade.score in (0, grade.max_score), (student, grade.name, grade.score)
+
+    def own_run(warmup_cosine):  # the points of the schedule checks in the student's own, honest run
+        return points("schedule", warmup_cosine)
+
+    ns = {"math": math}
+    exec(wrong[cosine], ns)
+    assert scores == {
+        "a_honest": total,
+        "b_tamper": 0,
+        "c_honest": total,
+        "d_stuck_in_c": total,
+        "e_ignores_sigint": total,
+        "f_displays": own_run(lambda step, peak, warmup, total: 0.0),
+        "g_patches": 0,
+        "h_reads_checks": 0,
+        "i_blanks_checks": 0,
+        "j_no_profile": 0,
+    }
+    assert 0 < scores["f_displays"] < ASSIGNMENTS["schedule"].points
+    blocks, student = {}, None  # the report's lines of each student, unwrapped
+    for line in course.report(root, "schedule"):
+        student = student if line.startswith(" ") else line.split()[0]
+        blocks[student] = blocks.get(student, "") + " " + " ".join(line.split())
+    stuck = "did not stop when interrupted (a long call into C code?): graded again without it"
+    assert stuck in blocks["d_stuck_in_c"] and stuck in blocks["e_ignores_sigint"]
+    assert "FLAG replaced builtins.abs" in blocks["g_patches"]
+    assert "FLAG no check result" in blocks["i_blanks_checks"]
+    assert "FLAG replaced sys.setprofile" in blocks["j_no_profile"]
+    assert "FLAG" not in blocks["a_honest"] + blocks["c_honest"] + blocks["d_stuck_in_c"] + blocks["f_displays"]
+    assert seconds < 10 * len(ATTACKS), f"{seconds:.0f} s for {len(ATTACKS)} submissions"
