@@ -201,28 +201,14 @@ class SandboxKernelManager(AsyncKernelManager):
         for path in _hidden():
             box += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        box += [
-            "--setenv",
-            "HOME",
-            str(home),
-            "--setenv",
-            "MPLCONFIGDIR",
-            str(home),
-            "--setenv",
-            "IPYTHONDIR",
-            str(home),
-        ]
-        box += [
-            "--unshare-net",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--die-with-parent",
-            "--unsetenv",
-            "JPY_PARENT_PID",
-            "--chdir",
-            str(cwd),
-            "--",
-        ]
+        from aiayn import data, pretrained
+
+        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home}
+        env |= {"AIAYN_DATA": data.cache_dir(), "AIAYN_PRETRAINED": pretrained.cache_dir()}  # read-only caches
+        for name, value in env.items():
+            box += ["--setenv", name, str(value)]
+        box += ["--unsetenv", "JPY_PARENT_PID"]  # the kernel's parent is the sandbox: bubblewrap ends it with us
+        box += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", str(cwd), "--"]
         return box + cmd
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:

@@ -9,6 +9,10 @@ their own reference implementations and known values, call the student's functio
 it calls the book's implementation of what it was asked to write (or a copy of that implementation).
 A check passes silently apart from one line; it fails with an AssertionError that says what is wrong, by how much
 (relative errors) and, where a common mistake explains it, why.
+
+Under the course's grader (``aiayn._nbgrader.Execute``) this file is hidden from the kernel and sent with each check
+cell instead, with a nonce and the grader's record of the tools the checks use (``tools``): the check fails when
+those tools were replaced, and emits a record of its result, from which the grader takes the cell's points.
 """
 
 import contextlib

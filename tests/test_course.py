@@ -599,3 +599,59 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "FLAG replaced sys.setprofile" in blocks["j_no_profile"]
     assert "FLAG" not in blocks["a_honest"] + blocks["c_honest"] + blocks["d_stuck_in_c"] + blocks["f_displays"]
     assert seconds < 10 * len(ATTACKS), f"{seconds:.0f} s for {len(ATTACKS)} submissions"
+
+
+def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothing():
+    """In a kernel, the chapter's `attention` (a cell of the notebook, compiled as IPython compiles cells) and a
+    copy of it pasted under another name are recognised by their syntax trees, and fail the checks that call them."""
+    from nbclient import NotebookClient
+
+    chapter = nbformat.read(course.BOOK / "02_attention.ipynb", as_version=4)
+    source = next(c.source for c in chapter.cells if c.cell_type == "code" and "def attention(" in c.source)
+    answer = (
+        "def my_attention(query, key, value, key_lengths=None, causal=False):\n"
+        "    len_q, len_k = query.size(-2), key.size(-2)\n"
+        "    mask = torch.ones(len_q, len_k, dtype=torch.bool)\n"
+        "    if causal:\n"
+        "        mask = mask & (torch.arange(len_k)[None] <= torch.arange(len_q)[:, None])\n"
+        "    if key_lengths is not None:\n"
+        "        mask = mask & (torch.arange(len_k) < torch.as_tensor(key_lengths).view(-1, 1, 1, 1))\n"
+        "    return {name}(query, key, value, mask)[0]"
+    )
+    check = course.CHECK_CELL.format(points=2, s="s", what="", assignment="attention", key="no_mask")
+    cells = [
+        "import math\nimport torch\nimport torch.nn.functional as F",
+        source,
+        answer.format(name="attention"),
+        check,
+    ]
+    cells += [
+        source.replace("def attention(", "def scaled(").replace("Scaled dot", "Mine:"),
+        answer.format(name="scaled"),
+    ]
+    fused = (
+        "def my_attention(q, k, v, key_lengths=None, causal=False):\n    return F.scaled_dot_product_attention(q, k, v)"
+    )
+    cells += [check, fused, check]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    printed = ["".join(o.get("text", "") for o in nb.cells[i].outputs) for i in (3, 6, 8)]
+    assert "calls aiayn.attention.attention (or a copy of it)" in printed[0]
+    assert "calls aiayn.attention.attention (or a copy of it)" in printed[1]
+    assert "calls torch.nn.functional.scaled_dot_product_attention" in printed[2]
+
+
+def test_replaced_tools_are_named_and_restored_ones_pass(monkeypatch):
+    """Against the grader's record of the checks' tools, a replaced torch.allclose, math.isclose or built-in fails
+    the check with its name; the unchanged interpreter passes."""
+    import builtins
+
+    fresh = checks()
+    grading = {"nonce": "n", "tools": fresh["tools"]()}
+    assert fresh["_replaced"](grading, "before", []) == ""
+    for owner, name in ((torch, "allclose"), (math, "isclose"), (builtins, "abs"), (sys, "setprofile")):
+        with monkeypatch.context() as m:
+            m.setattr(owner, name, lambda *args, **kwargs: True)
+            flags = []
+            assert f"{owner.__name__}.{name}" in fresh["_replaced"](grading, "before this check ran", flags)
+            assert flags == [f"replaced {owner.__name__}.{name}"]
