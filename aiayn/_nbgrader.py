@@ -205,6 +205,9 @@ class SandboxKernelManager(AsyncKernelManager):
 
         env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home}
         env |= {"AIAYN_DATA": data.cache_dir(), "AIAYN_PRETRAINED": pretrained.cache_dir()}  # read-only caches
+        for cache in (data.cache_dir(), pretrained.cache_dir()):
+            if cache.is_dir():  # seen even where it lies in a hidden folder (such as _build)
+                box += ["--ro-bind", str(cache.resolve()), str(cache)]
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
         box += ["--unsetenv", "JPY_PARENT_PID"]  # the kernel's parent is the sandbox: bubblewrap ends it with us
