@@ -451,6 +451,9 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
     for name, seconds in limits.items():  # the table of time limits
         assert re.search(rf"^\| `{name}` \| {seconds} s \|", page, re.M), name
     assert f"did not return within {limits['CHECK_CALL']} s" in page
+    from aiayn._nbgrader import Execute
+
+    assert f"`c.Execute.interrupt_grace`, {Execute.class_traits()['interrupt_grace'].default_value:g} s" in page
 
     root = tmp_path / "my-course"
     assert course.main(["course", str(root), "label_smoothing"]) == 0
