@@ -14,6 +14,7 @@ import runpy
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from queue import Empty
@@ -191,23 +192,29 @@ class SandboxKernelManager(AsyncKernelManager):
         cmd = super().format_kernel_cmd(extra_arguments)
         cwd = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
         course = cwd.parents[2] if len(cwd.parents) > 2 and cwd.parents[1].name == "autograded" else None
+        if course is None and (Path.cwd() / "gradebook.db").exists():
+            course = Path.cwd().resolve()  # nbgrader run in the course folder, with submissions kept elsewhere
         work, home = self.sandbox_dir / "work", self.sandbox_dir / "home"
         if not work.exists():
             shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"))
         home.mkdir(exist_ok=True)
+        from aiayn import ROOT, data, pretrained
+
+        caches = [data.cache_dir(), pretrained.cache_dir()]
         box = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for keep in sorted({Path(sys.prefix), Path(sys.base_prefix), ROOT, *caches}, key=lambda p: len(str(p))):
+            if keep.resolve().is_relative_to("/tmp") and keep.is_dir():
+                box += ["--ro-bind", str(keep.resolve()), str(keep)]
         if course is not None:
             box += ["--tmpfs", str(course)]
         for path in _hidden():
             box += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-        box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        from aiayn import data, pretrained
-
-        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home}
-        env |= {"AIAYN_DATA": data.cache_dir(), "AIAYN_PRETRAINED": pretrained.cache_dir()}  # read-only caches
-        for cache in (data.cache_dir(), pretrained.cache_dir()):
+        for cache in caches:
             if cache.is_dir():  # seen even where it lies in a hidden folder (such as _build)
                 box += ["--ro-bind", str(cache.resolve()), str(cache)]
+        box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
+        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home}
+        env |= {"AIAYN_DATA": caches[0], "AIAYN_PRETRAINED": caches[1]}  # read-only
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
         box += ["--unsetenv", "JPY_PARENT_PID"]  # the kernel's parent is the sandbox: bubblewrap ends it with us
