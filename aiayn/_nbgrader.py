@@ -202,6 +202,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
         caches = [data.cache_dir(), pretrained.cache_dir()]
         box = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        # what the kernel needs (Python, the package, the caches), even where it lies in /tmp
         for keep in sorted({Path(sys.prefix), Path(sys.base_prefix), ROOT, *caches}, key=lambda p: len(str(p))):
             if keep.resolve().is_relative_to("/tmp") and keep.is_dir():
                 box += ["--ro-bind", str(keep.resolve()), str(keep)]
