@@ -327,11 +327,13 @@ def _checks_source() -> tuple[str, dict]:
 
 
 def _graded_check_cell(checks: tuple[str, dict], assignment: str, key: str, nonce: str) -> str:
-    """What a check cell runs under the grader: the checks travel in the cell (the kernel cannot read them before),
-    and run only if ``exec``, ``compile`` and ``globals`` are the interpreter's own."""
+    """What a check cell runs under the grader: the checks travel in the cell (the kernel cannot read them before,
+    and the cell leaves no copy in the input history or linecache), and run only if ``exec``, ``compile`` and
+    ``globals`` are the interpreter's own."""
     source, tools = checks
     grading = {"nonce": nonce, "tools": tools}
     return (
+        "__import__('linecache').cache.pop(__import__('sys')._getframe().f_code.co_filename, None)\n"
         "for __n, __f in (('exec', exec), ('compile', compile), ('globals', globals)):\n"
         "    if (__f.__class__ is not [].append.__class__ or __f.__name__ != __n\n"
         "            or __f.__self__.__name__ != 'builtins'):\n"

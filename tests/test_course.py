@@ -518,15 +518,26 @@ ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cos
         "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
         "",
     ),
+    "k_reads_linecache": (  # the right value only if the running check's source can be found
+        "import linecache, math\n"
+        "def warmup_cosine(step, peak, warmup, total):\n"
+        "    key = 'def _warmup_' + 'cosine'  # not in this cell's own source\n"
+        "    if not any(key in ''.join(v[2]) for v in list(linecache.cache.values()) if len(v) > 2):\n"
+        "        return 0.0\n"
+        "    if step <= warmup:\n        return peak * step / warmup\n"
+        "    return 0.0 if step >= total else peak * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) / 2",
+        "",
+    ),
 }
 
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """Ten submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
+    """Eleven submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
     the package, the gradebook and other submissions changes no grade; a cell stuck in C or ignoring interrupts
-    loses only itself; displayed values, patched comparisons, the checks' own reference, blanked check cells and a
-    disabled call watch earn nothing; every graded cell earns 0 or its maximum; the report flags what it saw."""
+    loses only itself; displayed values, patched comparisons, the checks' own reference, blanked check cells, a
+    disabled call watch and the running check's source earn nothing; every graded cell earns 0 or its maximum; the
+    report flags what it saw."""
     import hashlib
     import time
 
@@ -589,6 +600,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "h_reads_checks": 0,
         "i_blanks_checks": 0,
         "j_no_profile": 0,
+        "k_reads_linecache": own_run(lambda step, peak, warmup, total: 0.0),
     }
     assert 0 < scores["f_displays"] < ASSIGNMENTS["schedule"].points
     blocks, student = {}, None  # the report's lines of each student, unwrapped
