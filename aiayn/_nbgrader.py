@@ -157,7 +157,10 @@ def sandbox_problem() -> str:
             "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
         )
     run = subprocess.run(
-        ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--", "true"], capture_output=True, text=True
+        ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        + ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--", "true"],
+        capture_output=True,
+        text=True,
     )
     if run.returncode:
         return f"bubblewrap cannot create a sandbox here ({run.stderr.strip() or run.returncode}): user namespaces off?"
@@ -255,7 +258,7 @@ class Execute(nbgrader.preprocessors.Execute):
             self.kernel_manager_class = SandboxKernelManager
 
     def preprocess(self, nb, resources=None, km=None):
-        skipped: dict[int, str] = {}
+        skipped: dict[int, tuple[str, str]] = {}  # cell -> ("stuck" or "died", why)
         self._checks = _checks_source() if self._checks is None else self._checks
         while True:
             work = copy.deepcopy(nb)
@@ -268,22 +271,15 @@ class Execute(nbgrader.preprocessors.Execute):
             except (StuckCell, DeadKernelError) as err:
                 if self._index is None or len(skipped) >= self.max_stuck:
                     raise
-                skipped[self._index] = (
-                    str(err)
-                    if isinstance(err, StuckCell)
-                    else "its kernel died while it ran (it was killed, or it exited)"
-                )
-                self.log.warning("cell %d: %s; grading again without it", self._index, skipped[self._index])
-        for index, why in skipped.items():
+                stuck = isinstance(err, StuckCell)
+                skipped[self._index] = ("stuck", str(err)) if stuck else ("died", "ended its kernel (killed or exited)")
+                self.log.warning("cell %d %s; grading again without it", self._index, skipped[self._index][1])
+        for index, (kind, why) in skipped.items():
             cell = work.cells[index]
             cell.source = nb.cells[index].source
-            cell.outputs = [
-                _error_output(
-                    "CellStopped",
-                    f"cell {index} {why}; the notebook was graded again without it, so the cells after it ran",
-                )
-            ]
-            cell.metadata.setdefault("aiayn", {})["stopped"] = why
+            message = f"cell {index} {why}; the notebook was graded again without it, so the cells after it ran"
+            cell.outputs = [_error_output("CellStopped", message)]
+            cell.metadata.setdefault("aiayn", {})["stopped"] = kind
         return work, resources
 
     def preprocess_cell(self, cell, resources, index):

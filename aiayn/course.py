@@ -389,12 +389,12 @@ def report(root: Path, assignment: str) -> list[str]:
                     if error == "timed out":
                         lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
                     elif error == "stopped":
-                        lines.append(
-                            _detail(
-                                f"cell {i} did not stop when interrupted (a long call into C code?): graded again "
-                                "without it"
-                            )
+                        why = (
+                            "ended its kernel"
+                            if cell.metadata.get("aiayn", {}).get("stopped") == "died"
+                            else "did not stop when interrupted (a long call into C code?)"
                         )
+                        lines.append(_detail(f"cell {i} {why}: graded again without it"))
                     if error and error != "stopped" and meta.get("grade"):
                         failed.append((meta["grade_id"], error))
                 if len(failed) > 2 and len({e for _, e in failed}) == 1:

@@ -518,6 +518,7 @@ ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cos
         "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
         "",
     ),
+    "l_ends_its_kernel": ("right", "import os\nos._exit(0)"),
     "k_reads_linecache": (  # the right value only if the running check's source can be found
         "import linecache, math\n"
         "def warmup_cosine(step, peak, warmup, total):\n"
@@ -533,11 +534,11 @@ ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cos
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """Eleven submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
-    the package, the gradebook and other submissions changes no grade; a cell stuck in C or ignoring interrupts
-    loses only itself; displayed values, patched comparisons, the checks' own reference, blanked check cells, a
-    disabled call watch and the running check's source earn nothing; every graded cell earns 0 or its maximum; the
-    report flags what it saw."""
+    """Twelve submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
+    the package, the gradebook and other submissions changes no grade; a cell stuck in C, ignoring interrupts or
+    ending its kernel loses only itself; displayed values, patched comparisons, the checks' own reference, blanked
+    check cells, a disabled call watch and the running check's source earn nothing; every graded cell earns 0 or its
+    maximum; the report flags what it saw."""
     import hashlib
     import time
 
@@ -601,6 +602,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "i_blanks_checks": 0,
         "j_no_profile": 0,
         "k_reads_linecache": own_run(lambda step, peak, warmup, total: 0.0),
+        "l_ends_its_kernel": total,
     }
     assert 0 < scores["f_displays"] < ASSIGNMENTS["schedule"].points
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -609,6 +611,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         blocks[student] = blocks.get(student, "") + " " + " ".join(line.split())
     stuck = "did not stop when interrupted (a long call into C code?): graded again without it"
     assert stuck in blocks["d_stuck_in_c"] and stuck in blocks["e_ignores_sigint"]
+    assert "ended its kernel: graded again without it" in blocks["l_ends_its_kernel"]
     assert "FLAG replaced builtins.abs" in blocks["g_patches"]
     assert "FLAG no check result" in blocks["i_blanks_checks"]
     assert "FLAG replaced sys.setprofile" in blocks["j_no_profile"]
