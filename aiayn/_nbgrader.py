@@ -8,7 +8,6 @@ writes:
 
 import copy
 import importlib.util
-import os
 import re
 import runpy
 import secrets
@@ -146,7 +145,6 @@ class RestoreCells(NbGraderPreprocessor):
 # The kernel of a submission: in a sandbox, and graded by the checks' own results
 # ----------------------------------------------------------------------------------------------------------
 
-CHECK_MIME = "application/vnd.aiayn.check+json"  # the record a check cell emits while it is graded
 _CHECK_CALL = re.compile(r'\["check"\]\(\s*"(\w+)", "(\w+)", globals\(\)\)\s*$')
 
 
@@ -193,7 +191,7 @@ class SandboxKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
         cmd = super().format_kernel_cmd(extra_arguments)
-        cwd = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
+        cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
         course = cwd.parents[2] if len(cwd.parents) > 2 and cwd.parents[1].name == "autograded" else None
         if course is None and (Path.cwd() / "gradebook.db").exists():
             course = Path.cwd().resolve()  # nbgrader run in the course folder, with submissions kept elsewhere
@@ -250,7 +248,7 @@ class Execute(nbgrader.preprocessors.Execute):
     sandbox = Bool(True, help="run each submission's kernel in a bubblewrap sandbox").tag(config=True)
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
     max_stuck = Integer(3, help="cells skipped at most before a notebook is not graded").tag(config=True)
-    _checks = None  # (the checks' source, the grader's record of their tools), read once
+    _checks = None  # what _checks_source returns, read once
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -299,7 +297,7 @@ class Execute(nbgrader.preprocessors.Execute):
             cell = self.execute_cell(cell, index, store_history=False)
         finally:
             cell.source = shown
-        _grade_from_record(cell, nonce)
+        _grade_from_record(cell, nonce, self._checks[2])
         return cell, self.resources
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -316,17 +314,19 @@ class Execute(nbgrader.preprocessors.Execute):
         return {"content": {**self.error_on_timeout, "status": "error"}}
 
 
-def _checks_source() -> tuple[str, dict]:
-    """The checks' source, and the record of their tools taken in this (the grader's) process."""
+def _checks_source() -> tuple[str, dict, str]:
+    """The checks' source, the record of their tools taken in this (the grader's) process, and the MIME type of
+    the record a graded check emits."""
     path = importlib.util.find_spec("aiayn.checks").origin
-    return Path(path).read_text(encoding="utf-8"), runpy.run_path(path)["tools"]()
+    checks = runpy.run_path(path)
+    return Path(path).read_text(encoding="utf-8"), checks["tools"](), checks["CHECK_MIME"]
 
 
-def _graded_check_cell(checks: tuple[str, dict], assignment: str, key: str, nonce: str) -> str:
+def _graded_check_cell(checks: tuple[str, dict, str], assignment: str, key: str, nonce: str) -> str:
     """What a check cell runs under the grader: the checks travel in the cell (the kernel cannot read them before,
     and the cell leaves no copy in the input history or linecache), and run only if ``exec``, ``compile`` and
     ``globals`` are the interpreter's own."""
-    source, tools = checks
+    source, tools, _ = checks
     grading = {"nonce": nonce, "tools": tools}
     return (
         "__import__('linecache').cache.pop(__import__('sys')._getframe().f_code.co_filename, None)\n"
@@ -355,14 +355,15 @@ def _no_partial_credit(cell) -> None:
             cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.get("metadata", {}))
 
 
-def _grade_from_record(cell, nonce: str) -> None:
-    """A check cell's points come from the record its check emitted with this cell's nonce: its outputs become
-    what the check printed and displayed, and one error when the check failed or left no record (0 points)."""
+def _grade_from_record(cell, nonce: str, mime: str) -> None:
+    """A check cell's points come from the record (of type ``mime``) its check emitted with this cell's nonce: its
+    outputs become what the check printed and displayed, and one error when the check failed or left no record (0
+    points)."""
     record, kept, errors = None, [], []
     for out in cell.outputs:
         data = out.get("data", {})
-        if CHECK_MIME in data:
-            record = data[CHECK_MIME] if data[CHECK_MIME].get("nonce") == nonce else record
+        if mime in data:
+            record = data[mime] if data[mime].get("nonce") == nonce else record
         elif out.output_type == "error":
             errors.append(out)
         elif out.output_type == "stream":
@@ -371,15 +372,15 @@ def _grade_from_record(cell, nonce: str) -> None:
             kept.append(out)
     cell.outputs = kept
     _no_partial_credit(cell)
-    if record is None:
+    if record is None and errors and errors[0].ename in ("CellTimeoutError", "KeyboardInterrupt"):
+        record = {"passed": False, "message": "timed out", "flags": []}
+    elif record is None:
         why = (
             f"{errors[0].ename}: {str(errors[0].evalue).strip()[:300]}"
             if errors
             else "the cell was changed while it ran (nothing of the check's ran)"
         )
         record = {"passed": False, "message": f"the check left no result: {why}", "flags": ["no check result"]}
-        if errors and errors[0].ename in ("CellTimeoutError", "KeyboardInterrupt"):
-            record = {"passed": False, "message": "timed out", "flags": []}
     elif errors and record["passed"]:
         record = {**record, "passed": False, "message": "the cell raised after its check passed"}
     cell.metadata["aiayn"] = {"check": {k: record.get(k) for k in ("passed", "message", "flags")}}

@@ -15,14 +15,18 @@ cell instead, with a nonce and the grader's record of the tools the checks use (
 those tools were replaced, and emits a record of its result, from which the grader takes the cell's points.
 """
 
+import ast
 import contextlib
+import copy
 import dis
 import importlib.util
+import inspect
 import io
 import math
 import os
 import signal
 import sys
+import textwrap
 import threading
 import types
 import warnings
@@ -113,8 +117,6 @@ def check(assignment: str, key: str, namespace: dict, grading: dict | None = Non
         display({CHECK_MIME: {**record, "message": message, "flags": flags}}, raw=True)
     points = f"{c.points} point{'s' * (c.points != 1)}"
     if message:  # printed wrapped, where a notebook or a feedback page shows it whole, then raised: 0 points
-        import textwrap
-
         print(
             f"failed, 0 of {points}: {c.what}\n"
             + textwrap.fill(message, 100, initial_indent="  ", subsequent_indent="  ")
@@ -186,16 +188,12 @@ def _signature(obj) -> list:
 
 
 def _owner(name: str):
-    torch = _torch()
-    return {"torch": torch, "torch.nn.functional": torch.nn.functional, "torch.Tensor": torch.Tensor}.get(
-        name
-    ) or importlib.import_module(name)
+    return _torch().Tensor if name == "torch.Tensor" else importlib.import_module(name)
 
 
 def tools() -> dict:
     """The grader's record of the checks' tools, taken in its own process: each built-in function and type that this
     file uses, and each attribute of math, sys, signal, torch, torch.nn.functional and torch.Tensor that it names."""
-    import ast
     import builtins
 
     with open(__file__, encoding="utf-8") as fh:
@@ -235,7 +233,8 @@ def _builtins_replaced(kinds: list) -> list[str]:
 
 
 def _replaced(grading: dict, when: str, flags: list) -> str:
-    """ "" when the checks' tools are the grader's, else a failure naming what was replaced (and a flag)."""
+    """Why a check does not count when the checks' tools differ from the grader's record ("" when they do not);
+    what was replaced also goes into ``flags``."""
     record = grading["tools"]
     replaced = _builtins_replaced(record["builtins"])
     if not replaced:
@@ -302,20 +301,15 @@ def _code_objects(code: types.CodeType, prefix: str = "") -> dict[str, types.Cod
 
 def _tree(source: str, qualname: str | None = None):
     """The definition of ``qualname`` (or the first function) in ``source``, as an ast node, or None."""
-    import ast
-    import textwrap
-
     try:
-        nodes = ast.parse(textwrap.dedent(source)).body
+        node = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return None
-    for part in (qualname or "").split(".") if qualname else [None]:
-        node = next(
-            (n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and part in (None, n.name)), None
-        )
+    for part in qualname.split(".") if qualname else [None]:
+        defs = (n for n in node.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and part in (None, n.name))
+        node = next(defs, None)
         if node is None:
             return None
-        nodes = node.body
     return node
 
 
@@ -323,10 +317,7 @@ def _source_fingerprint(node) -> str:
     """A function's syntax tree without its name, docstring, annotations and comments, its arguments and local
     names numbered in order: the chapter's function in a notebook cell, a pasted copy under another name or with
     renamed variables, and the package's function have one fingerprint, however each was compiled."""
-    import ast
-    import copy as _copy
-
-    node = _copy.deepcopy(node)
+    node = copy.deepcopy(node)
     node.name, node.decorator_list, node.returns = "f", [], None
     body = node.body
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
@@ -344,12 +335,6 @@ def _source_fingerprint(node) -> str:
         if isinstance(n, ast.Name) and n.id in names:
             n.id = names[n.id]
     return ast.dump(node, annotate_fields=False)
-
-
-def _size(node) -> int:
-    import ast
-
-    return sum(1 for _ in ast.walk(node))
 
 
 _MIN_TREE = 60  # shorter references (by syntax-tree nodes) are matched by identity only
@@ -399,8 +384,6 @@ class _Watch:
             if isinstance(obj, types.FunctionType):
                 self._code(obj.__code__, path, namespace, qualname)
                 try:
-                    import inspect
-
                     self._source(_tree(inspect.getsource(obj)), path)
                 except (OSError, TypeError):
                     pass
@@ -427,7 +410,7 @@ class _Watch:
                 self._keep.append(live)
 
     def _source(self, node, path: str) -> None:
-        if node is not None and _size(node) >= _MIN_TREE:
+        if node is not None and sum(1 for _ in ast.walk(node)) >= _MIN_TREE:
             self.sources[_source_fingerprint(node)] = path
 
     def _match(self, code: types.CodeType, seen: dict) -> str | None:
@@ -442,23 +425,15 @@ class _Watch:
         for code outside the installed libraries."""
         if not self.sources or code.co_filename.startswith((sys.prefix, sys.base_prefix, "<frozen")):
             return None
-        import inspect
-
         try:
             node = _tree("".join(inspect.getsourcelines(code)[0]))
         except (OSError, TypeError, IndexError):
             return None
         return self.sources.get(_source_fingerprint(node)) if node is not None else None
 
-    def _own(self, frame) -> bool:
-        """A function of this file's top level (a reference implementation), called from outside this file."""
-        code = frame.f_code
-        return (
-            code.co_filename == self.own_file
-            and "." not in getattr(code, "co_qualname", code.co_name)
-            and frame.f_back is not None
-            and frame.f_back.f_code.co_filename != self.own_file
-        )
+    def _own(self, code: types.CodeType) -> bool:
+        """A function of this file's top level: one of the checks' reference implementations or helpers."""
+        return code.co_filename == self.own_file and "." not in getattr(code, "co_qualname", code.co_name)
 
     def __call__(self, f, *args, **kwargs):
         hits = self.hits
@@ -469,8 +444,8 @@ class _Watch:
                 name = self._match(frame.f_code, seen)
                 if name:
                     hits.append(name)
-                elif self._own(frame):
-                    hits.append("the checks' own reference")
+                elif self._own(frame.f_code) and frame.f_back.f_code.co_filename != self.own_file:
+                    hits.append("the checks' own reference")  # called from the student's code
             elif event == "c_call" and self.builtins:
                 name = self.builtins.get(getattr(arg, "__name__", None))
                 if name:
@@ -487,8 +462,8 @@ class _Watch:
             previous_handler = signal.signal(signal.SIGALRM, alarm)
             signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
         code = getattr(getattr(f, "__func__", f), "__code__", None)
-        if code is not None and code.co_filename == self.own_file and "." not in getattr(code, "co_qualname", "."):
-            hits.append("the checks' own reference")  # the student's function is one of this file's
+        if code is not None and self._own(code):
+            hits.append("the checks' own reference")  # the student's function is one of them
         previous_profile = sys.getprofile()
         sys.setprofile(profile)
         try:

@@ -1,0 +1,82 @@
+"""What grading costs per submission, in the bubblewrap sandbox and without it: `nbgrader autograde` of the same
+honest submissions of `label_smoothing` (the demo's right answer), the two set-ups alternating, best round each.
+
+    python benchmarks/course_cycle.py          # writes results/course_cycle.json (about 3 min on 2 cores)
+    python benchmarks/course_cycle.py --submissions 2 --rounds 1 --out /tmp/course_cycle.json   # a quick check
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, write
+
+
+def course(folder: Path, sandbox: bool, submissions: int) -> Path:
+    """A course of one assignment with `submissions` copies of the demo's right answer."""
+    from aiayn import course as c
+
+    c.write_course(folder, ["label_smoothing"], sandbox=sandbox)
+    nbgrader(folder, "generate_assignment", "label_smoothing")
+    c.demo_submissions(folder)
+    alice = folder / "submitted" / "alice"
+    for k in range(submissions):
+        shutil.copytree(alice, folder / "submitted" / f"student{k:02d}")
+    for demo in c.DEMO:
+        shutil.rmtree(folder / "submitted" / demo)
+    return folder
+
+
+def nbgrader(folder: Path, *args: str) -> None:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run([str(bin_dir / "nbgrader"), *args, "--log-level=ERROR"], cwd=folder, env=env, check=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--submissions", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=2, help="alternate the two set-ups this many times; the best counts")
+    p.add_argument("--out", default=str(ROOT / "results" / "course_cycle.json"))
+    args = p.parse_args()
+
+    import torch
+
+    from aiayn import course as c
+    from aiayn._nbgrader import sandbox_problem
+
+    if sandbox_problem():
+        raise SystemExit(f"error: {sandbox_problem()}")
+    seconds = {"sandbox": [], "plain": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for name in seconds:
+                folder = course(Path(tmp) / f"{name}{r}", name == "sandbox", args.submissions)
+                start = time.perf_counter()
+                nbgrader(folder, "autograde", "label_smoothing")
+                seconds[name].append(time.perf_counter() - start)
+                report = c.report(folder, "label_smoothing")
+                full = [line for line in report if not line.startswith(" ") and line.split()[1] == "12"]
+                if len(full) != args.submissions:
+                    raise SystemExit("error: an honest submission lost points:\n" + "\n".join(report))
+    per = {name: min(t) / args.submissions for name, t in seconds.items()}
+    result = {
+        "assignment": "label_smoothing",
+        "submissions": args.submissions,
+        "rounds": args.rounds,
+        "autograde_seconds": seconds,
+        "seconds_per_submission": per,
+        "ratio_sandbox_over_plain": per["sandbox"] / per["plain"],
+    }
+    print(f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s")
+    write(Path(args.out), result, torch.device("cpu"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
