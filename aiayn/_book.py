@@ -1,7 +1,8 @@
-"""Refresh the stored outputs of the chapters: execute notebooks in place, in a fresh kernel each.
+"""Refresh the chapters' stored outputs (execute notebooks in place, a fresh kernel each) and their set-up cells.
 
     python -m aiayn._book execute                       # every chapter in book/
     python -m aiayn._book execute book/02_attention.ipynb
+    python -m aiayn._book set-up                        # write SETUP_CELL into every chapter
 
 Stored outputs serve readers on GitHub and Colab, and nbval compares the cells tagged
 ``nbval-check-output`` against them.
@@ -15,6 +16,21 @@ import time
 from pathlib import Path
 
 from aiayn import ROOT
+
+# Every chapter's first code cell (tagged remove-cell): what makes it run on its own, in Colab or a fresh Jupyter.
+# The `book` extra (pyproject.toml) adds what the chapters import beyond the package's own dependencies.
+SETUP_CELL = """\
+# Set-up for running this chapter on its own (Colab, a fresh Jupyter): if the package is missing, clone the book's
+# repository (the package, its stored results and trained models) and install it from the clone, with the libraries
+# the chapters draw with (its `book` extra).
+import importlib, importlib.util, os, subprocess, sys
+if importlib.util.find_spec("aiayn") is None:
+    repo = os.environ.get("AIAYN_REPO", "https://github.com/aiayn-book/aiayn")
+    if not os.path.isdir("aiayn-book"):
+        subprocess.run(["git", "clone", "-q", "--depth", "1", repo, "aiayn-book"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "aiayn-book[book]"], check=True)
+    sys.path.insert(0, os.path.abspath("aiayn-book"))  # importable now, without restarting the kernel
+    importlib.invalidate_caches()  # and so are the libraries pip has just installed"""
 
 
 def execute(path: Path, timeout: int = 1800, into: Path | None = None) -> float:
@@ -59,6 +75,19 @@ def run_record(seconds: float) -> dict:
     }
 
 
+def write_setup(path: Path) -> bool:
+    """Make a notebook's first code cell SETUP_CELL, leaving every other cell as it is; True if it changed."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    if cell.source == SETUP_CELL:
+        return False
+    cell.source = SETUP_CELL
+    nbformat.write(nb, path)
+    return True
+
+
 def vendor_vega() -> None:
     """Copy the vega, vega-lite and vega-embed builds that the installed altair asks for into book/_static/vega."""
     import shutil
@@ -95,12 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("execute", help="execute notebooks in place")
     run.add_argument("notebooks", nargs="*", type=Path)
+    setup = sub.add_parser("set-up", help="write SETUP_CELL into the notebooks' first code cell")
+    setup.add_argument("notebooks", nargs="*", type=Path)
     sub.add_parser("vendor-vega", help="refresh book/_static/vega from the npm registry")
     args = parser.parse_args(argv)
     if args.command == "vendor-vega":
         vendor_vega()
         return 0
     notebooks = args.notebooks or sorted((ROOT / "book").glob("*.ipynb"))
+    if args.command == "set-up":
+        for nb in notebooks:
+            print(f"{nb}: {'wrote the set-up cell' if write_setup(Path(nb)) else 'set-up cell unchanged'}")
+        return 0
     for nb in notebooks:
         print(f"{nb}: executing ...", flush=True)
         print(f"{nb}: done in {execute(Path(nb).resolve()):.0f} s", flush=True)

@@ -1,14 +1,20 @@
 """Every chapter is a well-formed, standalone notebook with the book's structure."""
 
+import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
+from aiayn._book import SETUP_CELL
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
 REPO_URL = re.search(r"url: (https://github.com/\S+)", (ROOT / "_config.yml").read_text()).group(1)
+# the distribution that provides an imported module, where the two names differ
+DISTRIBUTIONS = {"IPython": "ipython", "PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml"}
 
 
 def cells(path):
@@ -29,11 +35,48 @@ def test_title_then_set_up_cell(path):
     )
     assert "**Paper, §" in text(title), f"{path.name}: the title cell quotes the paper, marked **Paper, §x.y:**"
     assert setup["cell_type"] == "code", f"{path.name}: cell 1 must be the set-up code cell"
-    assert 'if importlib.util.find_spec("aiayn") is None:' in text(setup)
-    assert f'"{REPO_URL}"' in text(setup) and 'git", "clone' in text(setup)
+    assert text(setup) == SETUP_CELL, f"{path.name}: run `python -m aiayn._book set-up` to write the set-up cell"
     assert "remove-cell" in setup["metadata"].get("tags", []), (
         f"{path.name}: tag the set-up cell `remove-cell`, so the page starts with the title"
     )
+
+
+def test_set_up_cell_clones_the_book():
+    assert 'if importlib.util.find_spec("aiayn") is None:' in SETUP_CELL
+    assert f'"{REPO_URL}"' in SETUP_CELL and 'git", "clone' in SETUP_CELL
+    assert '"-e", "aiayn-book[book]"' in SETUP_CELL  # with the libraries the chapters import
+
+
+def imported(source: str) -> set[str]:
+    """The top-level modules a cell imports (lines of IPython magic or shell left out)."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def distribution(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement).group(0).lower().replace("_", "-")
+
+
+def test_book_extra_is_what_the_chapters_import():
+    """pyproject's `book` extra, which the set-up cell installs, holds exactly the distributions the chapters import
+    beyond the package's own dependencies; requirements.txt (the book's build and tests) holds them too."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    modules = {name for path in CHAPTERS for c in cells(path) if c["cell_type"] == "code" for name in imported(text(c))}
+    modules -= set(sys.stdlib_module_names) | {"aiayn"}
+    needed = {distribution(DISTRIBUTIONS.get(name, name)) for name in modules}
+    needed -= {distribution(r) for r in project["dependencies"]}
+    extra = {distribution(r) for r in project["optional-dependencies"]["book"]}
+    assert extra == needed, f"the chapters import {sorted(needed)}; the `book` extra holds {sorted(extra)}"
+    lines = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    required = {distribution(line) for line in lines if line.strip() and not line.startswith("#")}
+    assert extra <= required, f"requirements.txt lacks {sorted(extra - required)}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
