@@ -187,3 +187,52 @@ def test_no_equation_or_table_is_wider_than_the_column_at_1280px(tmp_path):
         "wider than the text column at 1280 px:\n  " + "\n  ".join(problems) + "\nWhat to do: "
         "break the equation over lines (aligned rows, or \\\\ inside split), or narrow the table"
     )
+
+
+# Put first in <head>, so that it sees every script after it: uncaught errors (a script that throws, or fails to
+# parse) and console.error calls, reported in the DOM once the page has loaded and its scripts have run.
+ERROR_PROBE = """<script>
+(function () {
+  const errors = [];
+  window.addEventListener("error", (e) => errors.push("uncaught: " + e.message));
+  window.addEventListener("unhandledrejection", (e) => errors.push("unhandled rejection: " + e.reason));
+  const error = console.error;
+  console.error = function (...args) { errors.push("console.error: " + args.join(" ")); error.apply(console, args); };
+  window.addEventListener("load", () => setTimeout(() => {
+    const pre = document.createElement("pre");
+    pre.id = "error-report";
+    pre.textContent = JSON.stringify(errors);
+    document.body.appendChild(pre);
+  }, 3000));
+})();
+</script>"""
+
+
+def console_errors(page: Path, tmp_path: Path) -> list[str]:
+    """The uncaught errors and console.error calls of a built page loaded by Chromium, offline."""
+    probe = page.with_name(f"_error_probe_{page.name}")  # beside the page, so that its relative links resolve
+    html = page.read_text(encoding="utf-8")
+    head = html.index("<head>") + len("<head>")
+    probe.write_text(html[:head] + ERROR_PROBE + html[head:], encoding="utf-8")
+    try:
+        dom = dom_offline(probe, tmp_path / "chromium-errors", budget_ms=15000)
+    finally:
+        probe.unlink()
+    found = re.search(r'<pre id="error-report"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, f"{page.name}: the error probe did not report"
+    return json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_a_page_loads_with_no_console_error(chart_site, tmp_path):
+    """The project's configuration gives pages whose scripts run cleanly (a script included twice once threw)."""
+    assert console_errors(chart_site / "book" / "chart.html", tmp_path) == []
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_built_pages_load_with_no_console_error(tmp_path):
+    pages = sorted((ROOT / "_build" / "html" / "book").glob("*.html"))
+    if not pages:
+        pytest.skip("no built site: run `make book` first (CI builds the site before the tests)")
+    problems = {page.name: errors for page in pages if (errors := console_errors(page, tmp_path))}
+    assert not problems, f"console errors: {problems}"
