@@ -1,11 +1,14 @@
 """What grading costs per submission, in the bubblewrap sandbox and without it: `nbgrader autograde` of the same
-honest submissions of `label_smoothing` (the demo's right answer), the two set-ups alternating, best round each.
+honest submissions of `label_smoothing` (the demo's right answer), the two set-ups alternating, best round each; and
+the grader's own peak memory (the nbgrader process, not its kernels) grading one honest submission and one that prints
+without end.
 
     python benchmarks/course_cycle.py          # writes results/course_cycle.json (about 3 min on 2 cores)
     python benchmarks/course_cycle.py --submissions 2 --rounds 1 --out /tmp/course_cycle.json   # a quick check
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -19,7 +22,7 @@ from _common import ROOT, write
 
 def course(folder: Path, sandbox: bool, submissions: int) -> Path:
     """A course of one assignment with `submissions` copies of the demo's right answer."""
-    from aiayn import course as c
+    from aiayn.course import assignments as c
 
     c.write_course(folder, ["label_smoothing"], sandbox=sandbox)
     nbgrader(folder, "generate_assignment", "label_smoothing")
@@ -32,10 +35,42 @@ def course(folder: Path, sandbox: bool, submissions: int) -> Path:
     return folder
 
 
-def nbgrader(folder: Path, *args: str) -> None:
+def nbgrader(folder: Path, *args: str, check: bool = True) -> int:
+    """Run nbgrader in ``folder``; return the peak resident memory of the nbgrader process itself, in MiB."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    subprocess.run([str(bin_dir / "nbgrader"), *args, "--log-level=ERROR"], cwd=folder, env=env, check=True)
+    proc = subprocess.Popen([str(bin_dir / "nbgrader"), *args, "--log-level=ERROR"], cwd=folder, env=env)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = max(peak, int(status.split("VmHWM:")[1].split()[0]) // 1024)
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.2)
+    if check and proc.returncode:
+        raise SystemExit(f"error: nbgrader {' '.join(args)} exited with {proc.returncode}")
+    return peak
+
+
+def flood_memory(folder: Path) -> dict:
+    """The grader's peak memory grading one honest submission, then one that prints 100 kB lines without end."""
+    from aiayn.course import assignments as c
+
+    c.write_course(folder, ["label_smoothing"])
+    nbgrader(folder, "generate_assignment", "label_smoothing")
+    c.demo_submissions(folder)
+    for demo in ("bob", "carol"):
+        shutil.rmtree(folder / "submitted" / demo)
+    peaks = {"honest": nbgrader(folder, "autograde", "label_smoothing")}
+    flood = folder / "submitted" / "flood" / "label_smoothing"
+    shutil.copytree(folder / "submitted" / "alice" / "label_smoothing", flood)
+    nb = json.loads((flood / "label_smoothing.ipynb").read_text())
+    nb["cells"].insert(3, {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                           "source": "while True:\n    print('x' * 100_000)"})  # fmt: skip
+    (flood / "label_smoothing.ipynb").write_text(json.dumps(nb))
+    peaks["flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "flood", check=False)
+    return peaks
 
 
 def main() -> int:
@@ -47,8 +82,8 @@ def main() -> int:
 
     import torch
 
-    from aiayn import course as c
-    from aiayn._nbgrader import sandbox_problem
+    from aiayn.course import assignments as c
+    from aiayn.course.grader import sandbox_problem
 
     if sandbox_problem():
         raise SystemExit(f"error: {sandbox_problem()}")
@@ -64,6 +99,7 @@ def main() -> int:
                 full = [line for line in report if not line.startswith(" ") and line.split()[1] == "12"]
                 if len(full) != args.submissions:
                     raise SystemExit("error: an honest submission lost points:\n" + "\n".join(report))
+        memory = flood_memory(Path(tmp) / "flood")
     per = {name: min(t) / args.submissions for name, t in seconds.items()}
     result = {
         "assignment": "label_smoothing",
@@ -72,8 +108,10 @@ def main() -> int:
         "autograde_seconds": seconds,
         "seconds_per_submission": per,
         "ratio_sandbox_over_plain": per["sandbox"] / per["plain"],
+        "grader_peak_mib": memory,
     }
     print(f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s")
+    print(f"grader's peak memory: {memory['honest']} MiB (honest), {memory['flood']} MiB (prints without end)")
     write(Path(args.out), result, torch.device("cpu"))
     return 0
 

@@ -7,7 +7,6 @@ import importlib.util
 import inspect
 import math
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -17,37 +16,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn import course
+from aiayn.course import assignments as course
+from aiayn.course import checks as CHECKS
 
 ROOT = course.ROOT
 BIN = Path(sys.executable).parent
-
-
-def checks(**env):
-    """aiayn/checks.py executed afresh, as a check cell runs it, with the given environment variables."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
-
-
-CHECKS = checks()
-ASSIGNMENTS = CHECKS["ASSIGNMENTS"]
+ASSIGNMENTS = CHECKS.ASSIGNMENTS
 
 
 def failed(assignment, answer) -> dict:
     """{check key: message} of the checks ``answer`` (a function, or a namespace) does not pass."""
-    return {c.key: message for c, message in CHECKS["results"](assignment, answer) if message}
+    return {c.key: message for c, message in CHECKS.results(assignment, answer) if message}
 
 
 def points(assignment, answer) -> int:
-    return sum(c.points for c, message in CHECKS["results"](assignment, answer) if not message)
+    return sum(c.points for c, message in CHECKS.results(assignment, answer) if not message)
 
 
 # ---- exercises and source notebooks ----------------------------------------------------------------------
@@ -266,28 +249,98 @@ def test_calling_or_copying_the_reference_does_not_pass():
     assert points("bleu", lambda h, r: sacrebleu.corpus_bleu(h, [r], smooth_method="add-k", smooth_value=1).score) == 0
 
 
-def test_rewriting_the_loaded_checks_changes_nothing(monkeypatch):
-    """A check cell runs aiayn/checks.py afresh from the file: patching the imported module does not pass it."""
-    import aiayn.checks
-
-    monkeypatch.setattr(aiayn.checks, "check", lambda *args: None)
-    monkeypatch.setattr(aiayn.checks, "_close", lambda *args, **kwargs: None)
-    monkeypatch.setattr(aiayn.checks, "ASSIGNMENTS", {})
-    cell = course.CHECK_CELL.format(points=2, s="s", what="", assignment="schedule", key="decay")
-    ns = {"warmup_cosine": lambda step, peak, warmup, total: peak}
-    with pytest.raises(AssertionError, match="half the peak"):
-        exec(cell, ns)
-
-
-def test_an_endless_loop_fails_its_check_after_the_time_limit():
-    fresh = checks(AIAYN_CHECK_SECONDS="0.5")
+def test_an_endless_loop_fails_its_check_after_the_time_limit(monkeypatch):
+    monkeypatch.setattr(CHECKS, "CALL_SECONDS", 0.5)
 
     def loops(step, peak, warmup, total):
         while True:
             pass
 
-    [(check, message)] = [r for r in fresh["results"]("schedule", loops) if r[0].key == "peak"]
+    [(check, message)] = [r for r in CHECKS.results("schedule", loops) if r[0].key == "peak"]
     assert message == "your function did not return within 0.5 s (an endless loop?)"
+
+
+def test_the_book_s_fused_kernel_is_caught_by_any_route():
+    """torch's fused attention, called directly, through torch.ops.aten or from a thread, fails the check that
+    calls it and names it; a correct answer written from scratch passes."""
+    import threading
+
+    def direct(q, k, v, key_lengths=None, causal=False):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def by_aten(q, k, v, key_lengths=None, causal=False):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[0]
+
+    def in_a_thread(q, k, v, key_lengths=None, causal=False):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(F.scaled_dot_product_attention(q, k, v)))
+        worker.start(), worker.join()
+        return out[0]
+
+    def mine(q, k, v, key_lengths=None, causal=False):
+        return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
+
+    for route in (direct, by_aten, in_a_thread):
+        assert "calls torch.nn.functional.scaled_dot_product_attention" in failed("attention", route)["no_mask"]
+    assert "no_mask" not in failed("attention", mine)
+
+
+def test_a_check_sees_only_data():
+    """What the student's function returns reaches a check as data: a tensor subclass, an object that claims to
+    equal everything, or a result too large is refused with a message, never compared."""
+
+    class Equal(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+        def __float__(self):
+            return 0.0005
+
+    assert "not a Equal" in failed("length_penalty", lambda n, a: ((5 + n) / 6).pow(a).as_subclass(Equal))["agrees"]
+    assert "returned a Anything" in failed("schedule", lambda *args: Anything())["decay"]
+    assert "elements" in failed("length_penalty", lambda n, a: torch.zeros(5_000_000))["agrees"]
+
+
+def test_static_flags_name_what_reaches_past_the_function():
+    from aiayn.course import grader
+    from aiayn.training import rate
+
+    honest = "def warmup_cosine(step, peak, warmup, total):\n    import math\n    return peak * math.cos(step)"
+    assert grader.suspect(honest) == []
+    sly = (
+        "import sys, gc\ndef f(x):\n    g = sys._getframe(1).f_back.f_globals\n    return getattr(x, 'a' + 'b')\n"
+        "exec('1')\ntorch.ops.aten.tril(x)"
+    )
+    assert grader.suspect(sly) == [
+        "._getframe", ".f_back", ".f_globals", ".ops", "exec", "getattr with a computed name", "import gc",
+        "import sys",
+    ]  # fmt: skip
+    source = inspect.getsource(rate)
+    edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
+    refs = grader.references([ASSIGNMENTS["schedule"]], [])
+    assert grader.near_copies(edited, refs) and "aiayn.training.rate" in grader.near_copies(edited, refs)[0]
+    assert grader.near_copies(honest, refs) == []
+
+
+def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
+    from aiayn.course import grader
+
+    folder = tmp_path / "alice" / "schedule"
+    folder.mkdir(parents=True)
+    (folder / "schedule.ipynb").write_text("{}")
+    assert grader.odd_files(folder) == []
+    (folder / "notes.txt").symlink_to(tmp_path / "gradebook.db")
+    os.link(folder / "schedule.ipynb", tmp_path / "elsewhere.ipynb")
+    os.mkfifo(folder / "pipe")
+    assert grader.odd_files(folder) == [
+        "notes.txt is a symbolic link",
+        "pipe is not a regular file (a device, a pipe or a socket)",
+        "schedule.ipynb is a hard link, to a file that may lie outside the submission",
+    ]
 
 
 # ---- the whole nbgrader cycle ----------------------------------------------------------------------------
@@ -448,12 +501,12 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
         assert block, f"the page shows no `$ {command}`"
         return block.group(1).rstrip("\n")
 
-    limits = dict(re.findall(r"^(STUDENT_CELL|BOOK_CELL|CHECK_CALL) = (\d+)", course.NBGRADER_CONFIG, re.M))
-    assert len(limits) == 3
-    for name, seconds in limits.items():  # the table of time limits
-        assert re.search(rf"^\| `{name}` \| {seconds} s \|", page, re.M), name
+    limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG, re.M))
+    assert len(limits) == 8
+    for name, value in limits.items():  # the table of limits
+        assert re.search(rf"^\| `{name}` \| {int(value):,} ", page, re.M), name
     assert f"did not return within {limits['CHECK_CALL']} s" in page
-    from aiayn._nbgrader import Execute
+    from aiayn.course.grader import Execute
 
     assert f"`c.Execute.interrupt_grace`, {Execute.class_traits()['interrupt_grace'].default_value:g} s" in page
 
@@ -472,16 +525,16 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
 # ---- a class graded in the sandbox: what a submission can and cannot do ----------------------------------
 
 needs_sandbox = pytest.mark.skipif(
-    bool(__import__("aiayn._nbgrader", fromlist=["x"]).sandbox_problem()),
+    bool(__import__("aiayn.course.grader", fromlist=["x"]).sandbox_problem()),
     reason="grading needs bubblewrap (apt-get install bubblewrap)",
 )
 
-ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cosine, a cell added after the answers)
+ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a replacement; a cell added after it)
     "a_honest": ("right", ""),
     "b_tamper": (
         "none",
-        "import glob, importlib.util, os\n"
-        "for path in [importlib.util.find_spec('aiayn.checks').origin, importlib.util.find_spec('aiayn').origin,\n"
+        "import glob, os\n"
+        "for path in ['{package}/course/checks.py', '{package}/course/kernel.py', '{package}/attention.py',\n"
         "             '{root}/gradebook.db', *glob.glob('{root}/submitted/*/schedule/schedule.ipynb'),\n"
         "             *glob.glob('{root}/source/*/*.ipynb'), '../../../gradebook.db']:\n"
         "    try:\n"
@@ -490,57 +543,68 @@ ATTACKS = {  # student: (answers: "right", "none" or a replacement of warmup_cos
         "    except OSError:\n"
         "        pass",
     ),
-    "c_honest": ("right", ""),
-    "d_stuck_in_c": ("right", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')  # hours in one C call"),
-    "e_ignores_sigint": (
+    "c_undoes_the_sandbox": (
         "right",
-        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nstart = time.time()\n"
-        "while time.time() - start < 120:\n    pass",
+        "import os\nos.system('umount {package}/course; mount -o remount,rw /; unshare -Urm sh -c "
+        "\\'umount {package}/course; touch {package}/course/checks.py\\'')\n"
+        "for call in (lambda: os.setuid(0), lambda: open('{root}/gradebook.db', 'a')):\n"
+        "    try:\n        call()\n    except OSError:\n        pass",
     ),
-    "f_displays": (
-        "def warmup_cosine(step, peak, warmup, total):\n    get_ipython().displayhook(100)\n    return 0.0",
+    "d_stuck_in_c": ("right+import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')  # hours in one C call", ""),
+    "e_ignores_sigint": (
+        "right+import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nstart = time.time()\n"
+        "while time.time() - start < 120:\n    pass",
+        "",
+    ),
+    "f_forges": (  # a displayed value, a printed verdict, a forged answer with a guessed nonce
+        "def warmup_cosine(step, peak, warmup, total):\n    from IPython.display import display\n"
+        "    display({'application/vnd.aiayn.call+json': {'nonce': '0' * 32, 'data': ''}}, raw=True)\n"
+        "    print('passed, 2 points')\n    get_ipython().displayhook(100)\n    return 0.0",
         "",
     ),
     "g_patches": (
         "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
         "import builtins, math, torch\nmath.isclose = lambda *a, **k: True\ntorch.allclose = lambda *a, **k: True\n"
-        "builtins.abs = lambda x: 0.0",
+        "builtins.abs = lambda x: 0.0\nbuiltins.float = lambda x: 0.0005",
     ),
     "h_reads_checks": (
-        "import importlib.util, runpy\n"
-        "warmup_cosine = runpy.run_path(importlib.util.find_spec('aiayn.checks').origin)['_warmup_cosine']",
+        "import importlib, runpy\ntry:\n    from aiayn.course.checks import _warmup_cosine as warmup_cosine\n"
+        "except ImportError:\n    warmup_cosine = runpy.run_path('{package}/course/checks.py')['_warmup_cosine']",
         "",
     ),
-    "i_blanks_checks": (
-        "right-wrong",
-        "get_ipython().input_transformers_cleanup.append(lambda lines: [] if 'check' in ''.join(lines) else lines)",
-    ),
-    "j_no_profile": (
-        "import sys\nfrom aiayn.training import rate\nsys.setprofile = lambda f: None\n"
-        "def warmup_cosine(step, peak, warmup, total):\n    return 0.0",
+    "i_searches_frames": (  # the right value only if the running check or its reference can be found
+        "import gc, sys\ndef warmup_cosine(step, peak, warmup, total):\n"
+        "    for f in gc.get_objects():\n"
+        "        if callable(f) and getattr(f, '__name__', '') == '_warmup_' + 'cosine':\n"
+        "            return f(step, peak, warmup, total)\n"
+        "    frame = sys._getframe(1)\n    while frame:\n"
+        "        if '_warmup_cosine' in frame.f_globals:\n"
+        "            return frame.f_globals['_warmup_cosine'](step, peak, warmup, total)\n"
+        "        frame = frame.f_back\n    return 0.0",
         "",
     ),
-    "k_reads_linecache": (  # the right value only if the running check's source can be found
-        "import linecache, math\n"
+    "j_book_in_a_thread": (
+        "right_named_inner+import threading\nfrom aiayn.training import rate\n"
         "def warmup_cosine(step, peak, warmup, total):\n"
-        "    key = 'def _warmup_' + 'cosine'  # not in this cell's own source\n"
-        "    if not any(key in ''.join(v[2]) for v in list(linecache.cache.values()) if len(v) > 2):\n"
-        "        return 0.0\n"
-        "    if step <= warmup:\n        return peak * step / warmup\n"
-        "    return 0.0 if step >= total else peak * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) / 2",
+        "    t = threading.Thread(target=rate, args=(step, 512, warmup))\n    t.start(), t.join()\n"
+        "    return inner(step, peak, warmup, total)",
         "",
     ),
-    "l_ends_its_kernel": ("right", "import os\nos._exit(0)"),
+    "k_pasted": ("pasted", ""),
+    "l_ends_its_kernel": ("right+import os\nos._exit(0)", ""),
+    "m_floods_output": ("right", "for i in range(300):\n    print('x' * 100_000)"),
+    "n_memory": ("right", "hog = bytearray(8 << 30)"),
+    "o_processes": ("right", "import subprocess\nkids = [subprocess.Popen(['sleep', '5']) for _ in range(200)]"),
+    "p_symlink": ("right", ""),
+    "q_slow": ("right", "import time\ntime.sleep(7.5)"),
 }
 
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """Twelve submissions of one assignment, graded by nbgrader in the sandbox: a submission that writes the checks,
-    the package, the gradebook and other submissions changes no grade; a cell stuck in C, ignoring interrupts or
-    ending its kernel loses only itself; displayed values, patched comparisons, the checks' own reference, blanked
-    check cells, a disabled call watch and the running check's source earn nothing; every graded cell earns 0 or its
-    maximum; the report flags what it saw."""
+    """A class of seventeen submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
+    FLAG in the report, and no file outside the submissions changes."""
     import hashlib
 
     from nbgrader.api import Gradebook
@@ -548,69 +612,87 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     root = tmp_path / "course"
     course.write_course(root, [course.COURSE / "schedule.ipynb"])
     config = root / "nbgrader_config.py"
-    text = (
-        config.read_text().replace("STUDENT_CELL = 30", "STUDENT_CELL = 3").replace("CHECK_CALL = 10", "CHECK_CALL = 2")
-    )
-    config.write_text(text + "c.Execute.interrupt_grace = 2\n")
+    text = config.read_text().replace("STUDENT_CELL = 30", "STUDENT_CELL = 8")
+    text = text.replace("CHECK_CALL = 10", "CHECK_CALL = 4")
+    config.write_text(text.replace("NOTEBOOK = 1800", "NOTEBOOK = 90") + "c.Execute.interrupt_grace = 2\n")
     assert _nbgrader(root, "generate_assignment", "schedule").returncode == 0
     right = _answers(course.COURSE / "schedule.ipynb")
     cosine = next(k for k in right if "warmup_cosine" in k)
-    wrong = {cosine: right[cosine].replace("(total - warmup)))", "total))")}
+    package = Path(importlib.util.find_spec("aiayn").origin).parent
+    pasted = (
+        right[cosine].replace("    if step >= total", "    # the end\n    if total <= step").replace("0.5", "1 / 2")
+    )
 
-    def after_the_answers(cell):  # an edit that inserts `cell` after the first solution cell
+    def edit_for(extra, student):
         def edit(nb):
             first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
-            nb.cells.insert(first + 1, nbformat.v4.new_code_cell(cell.format(root=root)))
+            for _ in range(13 if student == "q_slow" else 1):  # 13 x 7.5 s: past the notebook's 90 s
+                source = extra.replace("{root}", str(root)).replace("{package}", str(package))
+                nb.cells.insert(first + 1, nbformat.v4.new_code_cell(source))
 
-        return edit if cell else None
+        return edit if extra else None
 
     for student, (answer, extra) in ATTACKS.items():
-        answers = {"right": right, "right-wrong": {**right, **wrong}, "none": {}}.get(answer, {cosine: answer})
-        _submit(root, "schedule", student, answers, after_the_answers(extra))
-    protected = [Path(importlib.util.find_spec("aiayn.checks").origin), root / "source/schedule/schedule.ipynb"]
+        if answer.startswith("right_named_inner+"):
+            answer = right[cosine].replace("def warmup_cosine(", "def inner(") + "\n" + answer.split("+", 1)[1]
+        elif answer.startswith("right+"):
+            answer = right[cosine] + "\n" + answer.split("+", 1)[1]
+        answers = {"right": right, "none": {}, "pasted": {**right, cosine: pasted}}.get(
+            answer, {**right, cosine: answer}
+        )
+        answers = {k: v.replace("{package}", str(package)) for k, v in answers.items()}
+        _submit(root, "schedule", student, answers, edit_for(extra, student))
+    (root / "submitted/p_symlink/schedule/notes.txt").symlink_to(root / "gradebook.db")
+    protected = [*package.rglob("*.py"), root / "source/schedule/schedule.ipynb"]
     protected += sorted((root / "submitted").glob("*/schedule/schedule.ipynb"))
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
 
     run = _nbgrader(root, "autograde", "schedule")
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 1 and "p_symlink/schedule not graded: notes.txt is a symbolic link" in run.stderr
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected} == before
+    assert not (package / "course" / "checks.py").read_text().endswith("20")
 
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        scores = {s: gb.find_submission("schedule", s).score for s in ATTACKS}
-        for student in ATTACKS:
+        scores = {s: gb.find_submission("schedule", s).score for s in ATTACKS if s != "p_symlink"}
+        for student in scores:
             for grade in gb.find_submission_notebook("schedule", "schedule", student).grades:
                 assert grade.score in (0, grade.max_score), (student, grade.name, grade.score)
-
-    def own_run(warmup_cosine):  # the points of the schedule checks in the student's own, honest run
-        return points("schedule", warmup_cosine)
-
+    zero = points("schedule", lambda step, peak, warmup, total: 0.0) + ASSIGNMENTS["accumulation"].points
+    assert 0 < zero < total
     assert scores == {
         "a_honest": total,
         "b_tamper": 0,
-        "c_honest": total,
+        "c_undoes_the_sandbox": total,
         "d_stuck_in_c": total,
         "e_ignores_sigint": total,
-        "f_displays": own_run(lambda step, peak, warmup, total: 0.0),
-        "g_patches": 0,
-        "h_reads_checks": 0,
-        "i_blanks_checks": 0,
-        "j_no_profile": 0,
-        "k_reads_linecache": own_run(lambda step, peak, warmup, total: 0.0),
+        "f_forges": zero,
+        "h_reads_checks": ASSIGNMENTS["accumulation"].points,
+        "i_searches_frames": zero,
+        "j_book_in_a_thread": ASSIGNMENTS["accumulation"].points,
+        "k_pasted": total,
         "l_ends_its_kernel": total,
-    }
-    assert 0 < scores["f_displays"] < ASSIGNMENTS["schedule"].points
+        "m_floods_output": total,
+        "n_memory": total,
+        "o_processes": total,
+        "q_slow": 0,
+    } | {"g_patches": scores["g_patches"]}
+    assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
     for line in course.report(root, "schedule"):
         student = student if line.startswith(" ") else line.split()[0]
         blocks[student] = blocks.get(student, "") + " " + " ".join(line.split())
-    stuck = "did not stop when interrupted (a long call into C code?): graded again without it"
-    assert stuck in blocks["d_stuck_in_c"] and stuck in blocks["e_ignores_sigint"]
-    assert "ended its kernel: graded again without it" in blocks["l_ends_its_kernel"]
-    assert "FLAG replaced builtins.abs" in blocks["g_patches"]
-    assert "FLAG no check result" in blocks["i_blanks_checks"]
-    assert "FLAG replaced sys.setprofile" in blocks["j_no_profile"]
-    assert "FLAG" not in blocks["a_honest"] + blocks["c_honest"] + blocks["d_stuck_in_c"] + blocks["f_displays"]
+    assert "not graded: notes.txt is a symbolic link" in blocks["p_symlink"]
+    for stuck in ("d_stuck_in_c", "e_ignores_sigint"):
+        assert "did not stop when interrupted" in blocks[stuck] and "skipped, the rest ran" in blocks[stuck]
+    assert "ended its kernel" in blocks["l_ends_its_kernel"]
+    assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
+    assert "the notebook ran past its time limit (90 s)" in blocks["q_slow"]
+    assert "FLAG calls aiayn.training.rate" in blocks["j_book_in_a_thread"]
+    assert "FLAG resembles the book's solution (warmup_cosine)" in blocks["k_pasted"]
+    for sly in ("c_undoes_the_sandbox", "f_forges", "g_patches", "h_reads_checks", "i_searches_frames"):
+        assert "FLAG uses" in blocks[sly], sly
+    assert "FLAG" not in blocks["a_honest"] + blocks["d_stuck_in_c"] + blocks["n_memory"]
 
 
 def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothing():
@@ -651,19 +733,3 @@ def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothin
     assert "calls aiayn.attention.attention (or a copy of it)" in printed[0]
     assert "calls aiayn.attention.attention (or a copy of it)" in printed[1]
     assert "calls torch.nn.functional.scaled_dot_product_attention" in printed[2]
-
-
-def test_replaced_tools_are_named_and_restored_ones_pass(monkeypatch):
-    """Against the grader's record of the checks' tools, a replaced torch.allclose, math.isclose or built-in fails
-    the check with its name; the unchanged interpreter passes."""
-    import builtins
-
-    fresh = checks()
-    grading = {"nonce": "n", "tools": fresh["tools"]()}
-    assert fresh["_replaced"](grading, "before", []) == ""
-    for owner, name in ((torch, "allclose"), (math, "isclose"), (builtins, "abs"), (sys, "setprofile")):
-        with monkeypatch.context() as m:
-            m.setattr(owner, name, lambda *args, **kwargs: True)
-            flags = []
-            assert f"{owner.__name__}.{name}" in fresh["_replaced"](grading, "before this check ran", flags)
-            assert flags == [f"replaced {owner.__name__}.{name}"]

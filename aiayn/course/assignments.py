@@ -3,9 +3,9 @@
 A coding exercise is a code cell after a chapter's "Exercises" heading with its reference solution between nbgrader's
 markers (``### BEGIN SOLUTION`` / ``### END SOLUTION``); the code cell after it checks the result. This module knows
 which exercises exist and what they are worth, and writes an nbgrader course from them: one assignment per notebook,
-whose graded cells are the checks of ``aiayn/checks.py`` (one cell per check, with its points) or, for an exercise
-without registered checks, the chapter's own test cell (1 point). nbgrader does the rest, with each submission's
-kernel in a bubblewrap sandbox and points from the checks' own results (``aiayn._nbgrader``):
+whose graded cells are the checks of ``aiayn/course/checks.py`` (one cell per check, with its points) or, for an
+exercise without registered checks, the chapter's own test cell (1 point). nbgrader does the rest, with each submission's
+kernel in a bubblewrap sandbox and every check run in the grader's own process (``aiayn.course.grader``):
 
     python -m aiayn.course list                                 # exercises, checks and points
     python -m aiayn.course course my-course [--link-chapters]   # my-course/nbgrader_config.py and source/
@@ -19,24 +19,17 @@ import argparse
 import ast
 import copy
 import re
-import runpy
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn import ROOT
+from aiayn.course.checks import ASSIGNMENTS
 
 BOOK = ROOT / "book"
 COURSE = ROOT / "course"  # assignment notebooks beyond the chapters, with the same markers
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 REPO = "aiayn-book/aiayn"
-
-
-def checks() -> dict:
-    """The namespace of aiayn/checks.py, executed afresh as a check cell does (it never enters sys.modules)."""
-    import importlib.util
-
-    return runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)
 
 
 def _slug(stem: str) -> str:
@@ -93,7 +86,7 @@ def exercises_heading(nb) -> int:
 
 def find_exercises(nb, notebook: str, registry: dict | None = None) -> list[Exercise]:
     """The coding exercises of a notebook: cells with solution markers after the Exercises heading."""
-    registry = checks()["ASSIGNMENTS"] if registry is None else registry
+    registry = ASSIGNMENTS if registry is None else registry
     if not any(c.cell_type == "code" and has_solution(c.source) for c in nb.cells):
         return []
     start = exercises_heading(nb)
@@ -136,9 +129,8 @@ def sources(book: Path = BOOK, course: Path = COURSE) -> list[Path]:
 
 CHECK_CELL = """\
 # Check, {points} point{s}: {what}
-import importlib.util, runpy
-runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)["check"](
-    "{assignment}", "{key}", globals())"""
+from aiayn.course.checks import check
+check("{assignment}", "{key}", globals())"""
 
 
 def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0) -> dict:
@@ -172,7 +164,7 @@ def source_notebook(nb, notebook: str, link: bool = False, registry: dict | None
     read-only, solution cells marked, one graded cell per check, and a header for the student."""
     import nbformat
 
-    registry = checks()["ASSIGNMENTS"] if registry is None else registry
+    registry = ASSIGNMENTS if registry is None else registry
     nb = copy.deepcopy(nb)
     exercises = find_exercises(nb, notebook, registry)
     start = exercises_heading(nb)
@@ -225,20 +217,28 @@ from sqlalchemy.exc import SAWarning
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, IgnorePattern,
                                     LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
-from aiayn._nbgrader import Execute, RestoreCells
+from aiayn.course.grader import Execute, RestoreCells, refuse_odd_submissions
 
 c = get_config()  # noqa: F821
 
 # Time limits in seconds. A cell that runs longer is interrupted and marked with an error; the cells after it still
-# run, so the checks after a looping cell earn their points. A cell that does not stop when interrupted (a long call
-# into C code) is skipped, and the notebook graded again without it.
-STUDENT_CELL = 30   # a cell the student writes, and each check cell
+# run. A statement that does not stop when interrupted (a long call into C code), or that ends its kernel, is skipped
+# alone: the notebook is graded again without it, so the statements before and after it count.
+STUDENT_CELL = 30   # a cell the student writes
 BOOK_CELL = 600     # the book's own (read-only) cells, which train small models in some chapters
-CHECK_CALL = 10     # one call of the student's function inside a check
+CHECK_CALL = 10     # one call of the student's function by a check
+NOTEBOOK = 1800     # a whole notebook, all its runs together; the cells after it are not run
 
-# Each submission's kernel runs in a bubblewrap sandbox: it cannot write the package, this folder, the gradebook or
-# another submission, cannot read the checks or the solutions, and has no network. Set this to False only to try
-# the course on a machine without bubblewrap, never to grade a class.
+# Limits of each submission's kernel, and of what its output may cost the grader.
+MEMORY_MB = 4096         # address space of the kernel
+PROCESSES = 64           # processes and threads of the kernel
+CELL_OUTPUT = 100_000    # characters of output kept per cell; the rest is cut, with a note
+NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
+
+# Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
+# book's package without its course code, the data and the book's models and results, all read-only, and a copy of
+# its own submission; no course folder, gradebook, solutions or network. Set this to False only to try the course on
+# a machine without bubblewrap, never to grade a class.
 SANDBOX = {sandbox}
 
 
@@ -251,13 +251,20 @@ def cell_timeout(cell):
 c.Execute.timeout_func = cell_timeout
 c.Execute.interrupt_on_timeout = True
 c.Execute.sandbox = SANDBOX
+c.Execute.notebook_seconds = NOTEBOOK
+c.Execute.cell_output = CELL_OUTPUT
+c.Execute.notebook_output = NOTEBOOK_OUTPUT
+c.SandboxKernelManager.memory_mb = MEMORY_MB
+c.SandboxKernelManager.processes = PROCESSES
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
 
-# Every nbgrader cell of a submission takes its metadata (points, read-only, graded) from the gradebook, never from
-# the submission; nbgrader's OverwriteCells then restores the read-only and graded cells' source. The book's Execute
-# then grades each check cell by its check's own result.
+# A submission holding a symbolic link, a hard link or a device file is not graded, and nothing of it is read. Every
+# nbgrader cell of a submission takes its metadata (points, read-only, graded) from the gradebook; nbgrader's
+# OverwriteCells then restores the read-only and graded cells' source. The book's Execute runs each check in this
+# process, on the student's results sent back from the kernel as data.
+refuse_odd_submissions()
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells,
                                       OverwriteCells, CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
@@ -283,7 +290,7 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
     With ``sandbox`` (the default), the machine must be able to run bubblewrap: grading a class needs it."""
     import nbformat
 
-    from aiayn._nbgrader import sandbox_problem
+    from aiayn.course.grader import sandbox_problem
 
     problem = sandbox and sandbox_problem()
     if problem:
@@ -294,7 +301,7 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
         )
 
     root = Path(root)
-    registry = checks()["ASSIGNMENTS"]
+    registry = ASSIGNMENTS
     written = []
     for path in list(map(notebook_path, notebooks)) if notebooks else sources():
         nb = source_notebook(nbformat.read(path, as_version=4), path.stem, link, registry)
@@ -320,7 +327,7 @@ def _error(cell) -> str:
             if out["ename"] == "CellTimeoutError":
                 return "timed out"
             if out["ename"] == "CellStopped":
-                return "stopped"
+                return f"stopped: {out.get('evalue', '')}"
             lines = str(out.get("evalue", "")).strip().splitlines()
             return f"{out['ename']}: {lines[0] if lines else ''}" if out["ename"] != "Failed" else lines[0]
     return ""
@@ -340,7 +347,7 @@ def report(root: Path, assignment: str) -> list[str]:
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
 
-    from aiayn._nbgrader import instructor_cells, restore
+    from aiayn.course.grader import instructor_cells, odd_files, restore
 
     root = Path(root).resolve()
     if not (root / "gradebook.db").exists():
@@ -363,6 +370,10 @@ def report(root: Path, assignment: str) -> list[str]:
             for name in sorted(nb.name for nb in a.notebooks):
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
                 submitted = root / "submitted" / student / assignment / f"{name}.ipynb"
+                odd = odd_files(submitted.parent)
+                if odd:
+                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {odd[0]}")
+                    continue
                 try:
                     notes = restore(nbformat.read(submitted, as_version=4), instructor_cells(gb, name, assignment))
                 except FileNotFoundError:
@@ -381,21 +392,23 @@ def report(root: Path, assignment: str) -> list[str]:
                     score = 0.0
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
                 lines += [_detail(note) for note in notes]
-                failed, flags = [], {}
+                failed, flags, stopped_at = [], {}, None
                 for i, cell in enumerate(nbformat.read(graded, as_version=4).cells):
                     meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
-                    for flag in cell.metadata.get("aiayn", {}).get("check", {}).get("flags") or []:
+                    mine = cell.metadata.get("aiayn", {})
+                    for flag in (mine.get("check", {}).get("flags") or []) + (mine.get("flags") or []):
                         flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
+                    text = "".join(o.get("text", "") for o in cell.get("outputs", []))
                     if error == "timed out":
                         lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
-                    elif error == "stopped":
-                        why = (
-                            "ended its kernel"
-                            if cell.metadata.get("aiayn", {}).get("stopped") == "died"
-                            else "did not stop when interrupted (a long call into C code?)"
-                        )
-                        lines.append(_detail(f"cell {i} {why}: graded again without it"))
-                    if error and error != "stopped" and meta.get("grade"):
+                    elif error.startswith("stopped: "):
+                        lines.append(_detail(error.removeprefix("stopped: ") + "; graded again without it"))
+                    elif error.startswith("NotebookTimeLimit") and not stopped_at:
+                        stopped_at = i
+                        lines.append(_detail(f"cell {i} and the cells after it {error.split(': ', 1)[1]}"))
+                    if "[output cut: past the " in text:
+                        lines.append(_detail(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}"))
+                    if error and not error.startswith("stopped: ") and meta.get("grade"):
                         failed.append((meta["grade_id"], error))
                 if len(failed) > 2 and len({e for _, e in failed}) == 1:
                     lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
@@ -480,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             import nbformat
 
-            registry = checks()["ASSIGNMENTS"]
+            registry = ASSIGNMENTS
             for path in sources():
                 for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
                     graded = (
@@ -512,7 +525,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

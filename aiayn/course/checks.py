@@ -1,47 +1,35 @@
-"""The checks of the autograded exercises. Each check is one graded cell of an assignment notebook, worth its points:
+"""The checks of the autograded exercises. Each check is one graded cell of an assignment notebook, worth its points.
 
-    import importlib.util, runpy
-    runpy.run_path(importlib.util.find_spec("aiayn.checks").origin)["check"]("label_smoothing", "no_pad", globals())
+A check calls the student's function through ``call(f, *args)``, which returns the result as data (tensors, numbers,
+strings, lists, tuples, dicts), then compares it with its own reference implementation and known values: it fails
+with a ``Failed`` whose message is the feedback (what is wrong, by how much, and, where a common mistake explains it,
+why). Under the course's grader (``aiayn/course/grader.py``) every check runs in the grader's own process, and each
+call travels to the submission's sandboxed kernel and back as data (``aiayn/course/kernel.py``): neither this file
+nor its references enter the sandbox. In a student's own run (a clone of the book), a check cell reads
 
-``run_path`` executes this file afresh in every check cell, so what a cell of the notebook did beforehand to
-imported modules (this one, ``aiayn.course``, the book's implementations) does not change the checks. They carry
-their own reference implementations and known values, call the student's function with a time limit, and fail when
-it calls the book's implementation of what it was asked to write (or a copy of that implementation).
-A check passes silently apart from one line; it fails with an AssertionError that says what is wrong, by how much
-(relative errors) and, where a common mistake explains it, why.
+    from aiayn.course.checks import check
+    check("label_smoothing", "no_pad", globals())
 
-Under the course's grader (``aiayn._nbgrader.Execute``) this file is hidden from the kernel and sent with each check
-cell instead, with a nonce and the grader's record of the tools the checks use (``tools``): the check fails when
-those tools were replaced, and emits a record of its result, from which the grader takes the cell's points.
+and calls the student's function in the same process, through the same conversion to data, so the points agree.
 """
 
-import ast
 import contextlib
-import copy
-import dis
-import importlib.util
-import inspect
 import io
 import math
 import os
-import signal
-import sys
 import textwrap
-import threading
 import types
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
+
+from aiayn.course import kernel
 
 CALL_SECONDS = float(os.environ.get("AIAYN_CHECK_SECONDS", 10))  # each call of the student's function, at most
 
 
 class Failed(AssertionError):
     """A check that does not pass; the message is the feedback."""
-
-
-class _Timeout(BaseException):  # not an Exception, so that a student's `except Exception` does not swallow it
-    pass
 
 
 @dataclass
@@ -88,397 +76,100 @@ def _assignment(key, title, notebook, names, signature, references=(), minutes=0
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _student(a: Assignment, namespace: dict):
-    for name in a.names:
-        if callable(namespace.get(name)):
-            return namespace[name]
-    raise Failed(f"no {' or '.join(a.names)} is defined: the checks call {a.signature}")
+class Call:
+    """``call(f, *args, **kwargs)``: one call of the student's function (``f`` names it), answered as data by
+    ``answer(request)``: in the same process (``local``) or by the submission's kernel (the grader).
+
+    ``_init``: a student's class is made with these arguments, then called with ``args``; a function takes them
+    after ``args``. ``_grad=i``: the result is (value, its gradient with respect to ``args[i]``). ``_observe``: the
+    result is (value, the inputs as they are after the call)."""
+
+    def __init__(self, a: "Assignment", answer: Callable[[dict], dict]):
+        self.a, self.answer, self.calls = a, answer, []
+
+    def __call__(self, f, *args, _init=None, _grad=None, _observe=False, **kwargs):
+        request = {"names": self.a.names, "args": list(args), "kwargs": kwargs, "init": _init, "grad": _grad}
+        request |= {"observe": _observe, "references": self.a.references, "seconds": CALL_SECONDS}
+        answer = self.answer(request)
+        if answer["calls"]:
+            self.calls.append(answer["calls"][0])
+            raise Failed(
+                f"your code calls {answer['calls'][0]} (or a copy of it), which this exercise asks you to write "
+                "yourself"
+            )
+        if answer["missing"]:
+            raise Failed(f"no {' or '.join(self.a.names)} is defined: the checks call {self.a.signature}")
+        if answer["timeout"]:
+            raise Failed(f"your function did not return within {CALL_SECONDS:g} s (an endless loop?)")
+        if answer["error"]:
+            name, message = answer["error"]
+            if name == "NotImplementedError":
+                raise Failed("not implemented yet: write your code in place of `raise NotImplementedError()`")
+            raise Failed(f"your code raised {name}: {message}"[:400])
+        return answer["value"]
 
 
-def check(assignment: str, key: str, namespace: dict, grading: dict | None = None) -> None:
-    """Run one check on the student's function, found by name in ``namespace`` (a notebook's ``globals()``).
+def local(namespace: dict) -> Callable[[dict], dict]:
+    """Answers in this process, from the functions in ``namespace``; the inputs and the result go through the same
+    serialisation as the grader's, so the student's code sees the same objects."""
 
-    Under the course's grader, ``grading`` holds a nonce and the grader's record of the tools the checks use (see
-    ``tools``): a check whose tools were replaced fails, and the check emits a record of its result with the nonce,
-    from which the grader takes its points."""
+    def answer(request: dict) -> dict:
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(request, buffer)
+        buffer.seek(0)
+        return kernel.run(torch.load(buffer, weights_only=False), namespace)
+
+    return answer
+
+
+def verdict(assignment: str, key: str, answer: Callable[[dict], dict]) -> tuple[Check, str, list[str]]:
+    """(the check, "" when it passes or why not, flags for the report): check ``key`` of ``assignment``."""
     a = ASSIGNMENTS[assignment]
     c = next((c for c in a.checks if c.key == key), None)
     if c is None:
         raise KeyError(f"{assignment} has no check {key!r}; its checks are {[c.key for c in a.checks]}")
-    flags: list[str] = []
-    message = _replaced(grading, "before this check ran", flags) if grading else ""
-    if not message:
-        message = _run(a, c, namespace, flags)
-        message = (grading and _replaced(grading, "while the check ran", flags)) or message
-    if grading:
-        from IPython.display import display
+    call = Call(a, answer)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            c.run(types.SimpleNamespace(names=a.names), call)
+        message = ""
+    except Failed as err:
+        message = str(err)
+    except Exception as err:  # the student's result, read by the check, raising
+        if getattr(err, "stops_grading", False):  # the grader's: the kernel is stuck or gone
+            raise
+        lines = str(err).strip().splitlines()
+        message = f"your function's result could not be checked: {type(err).__name__}: {lines[0] if lines else ''}"
+    return c, message[:600], [f"calls {name}" for name in call.calls[:1]]
 
-        record = {"nonce": grading["nonce"], "check": f"{assignment}_{key}", "passed": not message}
-        display({CHECK_MIME: {**record, "message": message, "flags": flags}}, raw=True)
+
+def feedback(c: Check, message: str) -> str:
+    """What a check cell prints: its points and, when it fails, why."""
     points = f"{c.points} point{'s' * (c.points != 1)}"
-    if message:  # printed wrapped, where a notebook or a feedback page shows it whole, then raised: 0 points
-        print(
-            f"failed, 0 of {points}: {c.what}\n"
-            + textwrap.fill(message, 100, initial_indent="  ", subsequent_indent="  ")
-        )
+    if not message:
+        return f"passed, {points}: {c.what}"
+    return f"failed, 0 of {points}: {c.what}\n" + textwrap.fill(
+        message, 100, initial_indent="  ", subsequent_indent="  "
+    )
+
+
+def check(assignment: str, key: str, namespace: dict) -> None:
+    """A check cell in the student's own run: the student's function found by name in ``namespace`` (a notebook's
+    ``globals()``); prints the points, and raises ``Failed`` (0 points) when the check does not pass."""
+    c, message, _ = verdict(assignment, key, local(namespace))
+    print(feedback(c, message))
+    if message:
         raise Failed(message) from None
-    print(f"passed, {points}: {c.what}")
 
 
 def results(assignment: str, namespace) -> list[tuple[Check, str]]:
     """Every check of ``assignment`` on a namespace (or on the function itself): [(check, "" or the failure)]."""
     a = ASSIGNMENTS[assignment]
-    if not isinstance(namespace, dict):
-        namespace = {a.names[0]: namespace}
-    return [(c, _run(a, c, namespace)) for c in a.checks]
-
-
-def _run(a: Assignment, c: Check, namespace: dict, flags: list | None = None) -> str:
-    """The check's verdict: "" when it passes, else why not. What the report should flag goes into ``flags``."""
-    watch = None
-    try:  # warnings and stderr of the student's code are dropped: nbgrader counts any stderr output as a failure
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            f = _student(a, namespace)
-            watch = _Watch(a.references, namespace)
-            c.run(f, watch)
-    except Failed as err:
-        if watch is not None and watch.hits and flags is not None:
-            flags.append(f"calls {watch.hits[0]}")
-        return str(err)
-    except _Timeout:  # the time limit struck just after the student's function returned
-        return f"your function did not return within {CALL_SECONDS:g} s (an endless loop?)"
-    except NotImplementedError:
-        return "not implemented yet: write your code in place of `raise NotImplementedError()`"
-    except Exception as err:  # the student's code raising
-        lines = str(err).strip().splitlines()
-        return f"your code raised {type(err).__name__}: {lines[0] if lines else ''}"[:400]
-    return ""
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The checks' tools: what they call to compute and compare, as the grader's own process has them
-# ----------------------------------------------------------------------------------------------------------
-
-CHECK_MIME = "application/vnd.aiayn.check+json"  # the record of a graded check's result
-_BUILTIN_FUNCTION = [].append.__class__  # taken from C types, which no cell can change
-_TYPE = ().__class__.__class__
-_HEAP_TYPE = 1 << 9  # a class made by Python code, never a built-in type
-_WATCHED = ("math", "sys", "signal", "torch", "torch.nn.functional", "torch.Tensor")
-
-
-def _signature(obj) -> list:
-    """What identifies a function of torch, math or sys across processes: its kind, name and where it lives."""
-    kind = type(obj).__name__
-    if kind == "builtin_function_or_method":
-        owner = obj.__self__
-        return [kind, obj.__name__, getattr(owner, "__name__", type(owner).__name__)]
-    if kind == "function":
-        while obj.__code__.co_filename.endswith(os.path.join("torch", "_compile.py")) and hasattr(obj, "__wrapped__"):
-            obj = obj.__wrapped__  # torch wraps some of its functions when an optimizer is first made
-        code = obj.__code__
-        return [kind, obj.__qualname__, code.co_filename, code.co_firstlineno, len(code.co_code), list(code.co_names)]
-    if hasattr(obj, "__objclass__"):  # a method or attribute of a C type
-        return [kind, obj.__objclass__.__qualname__, getattr(obj, "__name__", "")]
-    if isinstance(obj, type):
-        return [kind, obj.__module__, obj.__qualname__, [b.__qualname__ for b in obj.__bases__]]
-    if kind in ("int", "float", "str", "bool", "NoneType", "dtype"):
-        return [kind, repr(obj)]
-    return [kind]
-
-
-def _owner(name: str):
-    return _torch().Tensor if name == "torch.Tensor" else importlib.import_module(name)
-
-
-def tools() -> dict:
-    """The grader's record of the checks' tools, taken in its own process: each built-in function and type that this
-    file uses, and each attribute of math, sys, signal, torch, torch.nn.functional and torch.Tensor that it names."""
-    import builtins
-
-    with open(__file__, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
-    named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    named |= {"setprofile", "getprofile", "settrace", "setitimer", "signal", "allclose", "equal", "isclose"}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {"__import__", "exec", "compile", "globals"}
-    kinds = []
-    for name, obj in vars(builtins).items():
-        if name not in used:
-            continue
-        if obj.__class__ is _BUILTIN_FUNCTION:
-            kinds.append([name, obj.__name__, obj.__self__.__name__])
-        elif obj.__class__ is _TYPE and not obj.__flags__ & _HEAP_TYPE and not name.startswith("_"):
-            kinds.append([name, obj.__name__, ""])
-    modules = {}
-    for module in _WATCHED:
-        owner = _owner(module)
-        modules[module] = {n: _signature(getattr(owner, n)) for n in sorted(named) if hasattr(owner, n)}
-    return {"builtins": kinds, "modules": modules}
-
-
-def _builtins_replaced(kinds: list) -> list[str]:
-    """The built-ins that are no longer the interpreter's own, found without calling any built-in."""
-    space = _student.__globals__["__builtins__"]
-    space = space if space.__class__ is {}.__class__ else space.__dict__
-    replaced = []
-    for name, own, owner in kinds:  # owner: the module of a built-in function ("" for a type)
-        obj = space.get(name)
-        if owner:
-            same = obj.__class__ is _BUILTIN_FUNCTION and obj.__name__ == own and obj.__self__.__name__ == owner
-        else:
-            same = obj.__class__ is _TYPE and obj.__name__ == own and not obj.__flags__ & _HEAP_TYPE
-        if not same:
-            replaced.append(f"builtins.{name}")
-    return replaced
-
-
-def _replaced(grading: dict, when: str, flags: list) -> str:
-    """Why a check does not count when the checks' tools differ from the grader's record ("" when they do not);
-    what was replaced also goes into ``flags``."""
-    record = grading["tools"]
-    replaced = _builtins_replaced(record["builtins"])
-    if not replaced:
-        for module, names in record["modules"].items():
-            owner = _owner(module)
-            replaced += [f"{module}.{n}" for n, sig in names.items() if _signature(getattr(owner, n, None)) != sig]
-        torch = _torch()
-        if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
-            replaced.append("torch's dispatch (a TorchFunctionMode or TorchDispatchMode is active)")
-    if not replaced:
-        return ""
-    flags.append(f"replaced {', '.join(replaced[:3])}")
-    return (
-        f"the tools the checks compute and compare with were replaced {when} ({', '.join(replaced[:3])}"
-        f"{', ...' if len(replaced) > 3 else ''}): a check does not count on replaced tools"
-    )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Calling the student's function: a time limit, and no calls to the implementation it replaces
-# ----------------------------------------------------------------------------------------------------------
-
-_SKIP = {"RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL"}
-
-
-def _fingerprint(code: types.CodeType) -> tuple:
-    """The instructions of a code object, without line numbers, docstring or the names of local variables: a copy
-    of a function, pasted or exec'd from its source with its variables renamed, has the same fingerprint."""
-    local: dict[str, int] = {}
-    out = []
-    for ins in dis.get_instructions(code):
-        if ins.opname in _SKIP:
-            continue
-        arg = ins.argval
-        if isinstance(arg, types.CodeType):
-            arg = _fingerprint(arg)
-        elif "FAST" in ins.opname or "DEREF" in ins.opname or ins.opname == "LOAD_CLOSURE":
-            names = arg if isinstance(arg, tuple) else (arg,)
-            arg = tuple(local.setdefault(n, len(local)) for n in names)
-        elif isinstance(arg, frozenset):
-            arg = tuple(sorted(map(repr, arg)))
-        else:
-            arg = repr(arg)
-        out.append(("LOAD_ATTR" if ins.opname == "LOAD_METHOD" else ins.opname, arg))  # 3.11 picks LOAD_ATTR
-        # for a module imported in the same source, LOAD_METHOD otherwise
-    return tuple(out)
-
-
-def _shape(code: types.CodeType) -> tuple:
-    """What renaming local variables or removing a docstring leaves unchanged, and is quick to read."""
-    return code.co_argcount, code.co_kwonlyargcount, code.co_names
-
-
-def _code_objects(code: types.CodeType, prefix: str = "") -> dict[str, types.CodeType]:
-    """qualified name -> code object, for every function and method compiled from a module's source."""
-    found = {}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType) and not const.co_name.startswith("<"):
-            name = prefix + const.co_name
-            found[name] = const
-            found.update(_code_objects(const, name + "."))
-    return found
-
-
-def _tree(source: str, qualname: str | None = None):
-    """The definition of ``qualname`` (or the first function) in ``source``, as an ast node, or None."""
-    try:
-        node = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return None
-    for part in qualname.split(".") if qualname else [None]:
-        defs = (n for n in node.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and part in (None, n.name))
-        node = next(defs, None)
-        if node is None:
-            return None
-    return node
-
-
-def _source_fingerprint(node) -> str:
-    """A function's syntax tree without its name, docstring, annotations and comments, its arguments and local
-    names numbered in order: the chapter's function in a notebook cell, a pasted copy under another name or with
-    renamed variables, and the package's function have one fingerprint, however each was compiled."""
-    node = copy.deepcopy(node)
-    node.name, node.decorator_list, node.returns = "f", [], None
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-        node.body = body[1:] or [ast.Pass()]
-    names: dict[str, str] = {}
-    for n in ast.walk(node):
-        if isinstance(n, ast.arg):
-            n.annotation = None
-            n.arg = names.setdefault(n.arg, f"v{len(names)}")
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.setdefault(n.id, f"v{len(names)}")
-        elif isinstance(n, ast.AnnAssign):
-            n.annotation = ast.Constant(None)
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in names:
-            n.id = names[n.id]
-    return ast.dump(node, annotate_fields=False)
-
-
-_MIN_TREE = 60  # shorter references (by syntax-tree nodes) are matched by identity only
-
-
-_MIN_COPY = 24  # shorter references are matched by identity only: an answer written from scratch may compile alike
-
-
-class _Watch:
-    """``call(f, *args)`` runs the student's ``f`` with a time limit and fails if it calls one of the references:
-    the book's function itself, the chapter's own definition of it in the notebook, or a copy of it (for references
-    long enough that a copy cannot be a coincidence). C functions (torch's fused kernels) are matched by name."""
-
-    def __init__(self, references: list[str], namespace: dict):
-        self.codes: dict[tuple, str] = {}  # fingerprint -> dotted name
-        self.shapes: set[tuple] = set()  # _shape of those code objects: a cheap test before fingerprinting
-        self.objects: dict[int, str] = {}  # id(code object) -> dotted name
-        self.builtins: dict[str, str] = {}  # name of a C function -> dotted name
-        self.sources: dict[str, str] = {}  # _source_fingerprint -> dotted name
-        self.hits: list[str] = []
-        self._keep = []
-        for path in references:
-            self._add(path, namespace)
-        self.own_file = _student.__code__.co_filename  # this file (or a copy of it): its functions are the checks'
-
-    def _add(self, path: str, namespace: dict) -> None:
-        for i in range(1, path.count(".") + 1):  # the longest module path first
-            module, qualname = path.rsplit(".", i)[0], ".".join(path.split(".")[-i:])
-            try:
-                spec = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                continue
-            if spec is None:
-                continue
-            if spec.origin and spec.origin.endswith(".py") and module.startswith("aiayn."):
-                with open(spec.origin, encoding="utf-8") as fh:  # the code as the file has it, whatever was patched
-                    text = fh.read()
-                code = _code_objects(compile(text, spec.origin, "exec")).get(qualname)
-                if code is not None:
-                    self._code(code, path, namespace, qualname)
-                    self._source(_tree(text, qualname), path)
-                    return
-            obj = sys.modules.get(module) or importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part, None)
-            obj = getattr(obj, "__func__", obj)
-            if isinstance(obj, types.FunctionType):
-                self._code(obj.__code__, path, namespace, qualname)
-                try:
-                    self._source(_tree(inspect.getsource(obj)), path)
-                except (OSError, TypeError):
-                    pass
-                return
-            if callable(obj):
-                self.builtins[getattr(obj, "__name__", qualname.split(".")[-1])] = path
-                return
-        raise ValueError(f"reference {path} not found")
-
-    def _code(self, code: types.CodeType, path: str, namespace: dict, qualname: str) -> None:
-        fp = _fingerprint(code)
-        if len(fp) >= _MIN_COPY:
-            self.codes[fp] = path
-            self.shapes.add(_shape(code))
-        module = sys.modules.get(path[: -len(qualname) - 1])
-        obj, local = module, namespace  # the live objects: in the module, and in the notebook (a chapter's own copy)
-        for part in qualname.split("."):
-            obj = getattr(obj, part, None)
-            local = local.get(part) if isinstance(local, dict) else getattr(local, part, None)
-        for o in (obj, local):
-            live = getattr(getattr(o, "__func__", o), "__code__", None)
-            if isinstance(live, types.CodeType) and _fingerprint(live) == fp:
-                self.objects[id(live)] = path
-                self._keep.append(live)
-
-    def _source(self, node, path: str) -> None:
-        if node is not None and sum(1 for _ in ast.walk(node)) >= _MIN_TREE:
-            self.sources[_source_fingerprint(node)] = path
-
-    def _match(self, code: types.CodeType, seen: dict) -> str | None:
-        key = id(code)
-        if key not in seen:
-            copy = _shape(code) in self.shapes and self.codes.get(_fingerprint(code))
-            seen[key] = (code, self.objects.get(key) or copy or self._same_source(code) or None)
-        return seen[key][1]
-
-    def _same_source(self, code: types.CodeType) -> str | None:
-        """The reference whose source this code object's source is (a notebook cell's, found through linecache),
-        for code outside the installed libraries."""
-        if not self.sources or code.co_filename.startswith((sys.prefix, sys.base_prefix, "<frozen")):
-            return None
-        try:
-            node = _tree("".join(inspect.getsourcelines(code)[0]))
-        except (OSError, TypeError, IndexError):
-            return None
-        return self.sources.get(_source_fingerprint(node)) if node is not None else None
-
-    def _own(self, code: types.CodeType) -> bool:
-        """A function of this file's top level: one of the checks' reference implementations or helpers."""
-        return code.co_filename == self.own_file and "." not in getattr(code, "co_qualname", code.co_name)
-
-    def __call__(self, f, *args, **kwargs):
-        hits = self.hits
-        seen: dict = {}
-
-        def profile(frame, event, arg):
-            if event == "call":
-                name = self._match(frame.f_code, seen)
-                if name:
-                    hits.append(name)
-                elif self._own(frame.f_code) and frame.f_back.f_code.co_filename != self.own_file:
-                    hits.append("the checks' own reference")  # called from the student's code
-            elif event == "c_call" and self.builtins:
-                name = self.builtins.get(getattr(arg, "__name__", None))
-                if name:
-                    hits.append(name)
-
-        timer = (
-            CALL_SECONDS > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-        )
-        if timer:
-
-            def alarm(signum, frame):
-                raise _Timeout()
-
-            previous_handler = signal.signal(signal.SIGALRM, alarm)
-            signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
-        code = getattr(getattr(f, "__func__", f), "__code__", None)
-        if code is not None and self._own(code):
-            hits.append("the checks' own reference")  # the student's function is one of them
-        previous_profile = sys.getprofile()
-        sys.setprofile(profile)
-        try:
-            return f(*args, **kwargs)
-        except _Timeout:
-            raise Failed(f"your function did not return within {CALL_SECONDS:g} s (an endless loop?)") from None
-        finally:
-            sys.setprofile(previous_profile)
-            if timer:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous_handler)
-            if hits:
-                raise Failed(
-                    f"your code calls {hits[0]} (or a copy of it), which this exercise asks you to write yourself"
-                ) from None
+    namespace = namespace if isinstance(namespace, dict) else {a.names[0]: namespace}
+    return [verdict(assignment, c.key, local(namespace))[:2] for c in a.checks]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1067,47 +758,39 @@ def _accumulation_checks():
     torch = _torch()
 
     def setup(n_batches=8):
-        class Recording(torch.optim.SGD):
-            def step(self, closure=None):
-                self.seen.append((self.param_groups[0]["lr"], [p.grad.clone() for p in self.param_groups[0]["params"]]))
-                return super().step(closure)
-
         torch.manual_seed(0)
         net = torch.nn.Linear(3, 1)
-        w0 = [p.detach().clone() for p in net.parameters()]
         batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(n_batches)]
-        opt = Recording(net.parameters(), lr=1.0)
-        opt.seen = []
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _noam(s + 1))
-        return net, w0, (lambda b: (net(b[0]) - b[1]).pow(2).mean()), batches, opt, sched
+        opt = kernel.Recording(net.parameters(), lr=1.0)
+        return kernel.SquaredError(net), batches, opt, kernel.Scheduler(opt, kernel.Noam())
+
+    def run(f, call):
+        """What the optimizer saw ([(lr, grads)]), how often the scheduler stepped, and the final weights."""
+        model, batches, opt, sched = setup()
+        _, after = call(f, model, batches, opt, sched, 4, _observe=True)
+        return after[2]["seen"], after[3]["last_epoch"], after[0]["params"]
 
     def updates(f, call):
-        net, w0, model, batches, opt, sched = setup()
-        call(f, model, batches, opt, sched, 4)
-        _equal(len(opt.seen), 2, "optimizer updates for 8 micro-batches with accum=4")
+        seen, _, _ = run(f, call)
+        _equal(len(seen), 2, "optimizer updates for 8 micro-batches with accum=4")
 
     def per_update(f, call):
-        net, w0, model, batches, opt, sched = setup()
-        call(f, model, batches, opt, sched, 4)
-        lrs = [lr for lr, _ in opt.seen]
+        seen, steps, _ = run(f, call)
+        lrs = [lr for lr, _ in seen]
         if len(lrs) != 2 or any(abs(a - b) > 1e-12 * b for a, b in zip(lrs, (_noam(1), _noam(2)))):
             raise Failed(
                 f"updates 1 and 2 must use the learning rates of steps 1 and 2, {_noam(1):.4g} and "
                 f"{_noam(2):.4g}; they used {', '.join(f'{x:.4g}' for x in lrs) or 'none'}"
-                + (
-                    f" (the scheduler was stepped {sched.last_epoch} times, once per micro-batch)"
-                    if sched.last_epoch == 8
-                    else ""
-                )
+                + (f" (the scheduler was stepped {steps} times, once per micro-batch)" if steps == 8 else "")
             )
-        _equal(sched.last_epoch, 2, "scheduler steps for 2 updates")
+        _equal(steps, 2, "scheduler steps for 2 updates")
 
     def averaged(f, call):
-        net, w0, model, batches, opt, sched = setup()
-        call(f, model, batches, opt, sched, 4)
-        _equal(len(opt.seen), 2, "optimizer updates")
-        w = [p.clone() for p in w0]
-        for n, (lr, grads) in enumerate(opt.seen):
+        seen, _, final = run(f, call)
+        _equal(len(seen), 2, "optimizer updates")
+        model, batches, _, _ = setup()
+        w = [p.detach().clone() for p in model.net.parameters()]
+        for n, (lr, grads) in enumerate(seen):
             for p in w:
                 p.requires_grad_(True)
             group = batches[4 * n : 4 * n + 4]
@@ -1121,8 +804,8 @@ def _accumulation_checks():
                     hints=[(4 * gw, "the gradient is the sum, not the mean, of the micro-batch gradients")],
                 )
             w = [(p - lr * g).detach() for p, g in zip(w, want)]
-        for p, q in zip(net.parameters(), w):
-            _close(p.detach(), q, "final weights")
+        for p, q in zip(final, w):
+            _close(p, q, "final weights")
 
     return [
         ("updates", "one optimizer update per accum micro-batches", 2, updates),
@@ -1165,11 +848,9 @@ def _smoothed_loss(logits, target, eps, pad):
 def _label_smoothing_checks():
     torch = _torch()
 
-    def loss(call, f, logits, target, eps=0.1, pad=0):
-        logits, target = logits.clone() if not logits.requires_grad else logits, target.clone()
-        if isinstance(f, type):
-            return call(lambda: f(eps, pad)(logits, target))
-        return call(f, logits, target, eps, pad)
+    def loss(call, f, logits, target, eps=0.1, pad=0, grad=False):
+        """The student's loss (and, with ``grad``, its gradient with respect to the logits)."""
+        return call(f, logits.clone(), target.clone(), _init=(eps, pad), _grad=0 if grad else None)
 
     def data(seed=0, V=11):
         g = torch.Generator().manual_seed(seed)
@@ -1181,9 +862,8 @@ def _label_smoothing_checks():
     def q_from_grad(call, f, V=11):
         """The target distribution, read off the gradient: d loss / d logits = softmax - q per non-pad row."""
         logits, target = data(1, V)
-        logits.requires_grad_(True)
-        (grad,) = torch.autograd.grad(loss(call, f, logits, target), logits)
-        return (logits.softmax(-1) - grad).detach().double(), target
+        _, grad = loss(call, f, logits, target, grad=True)
+        return (logits.softmax(-1) - grad).double(), target
 
     def uniform(f, call):
         _close(
@@ -1242,8 +922,7 @@ def _label_smoothing_checks():
 
     def padding_rows(f, call):
         logits, target = data(2)
-        logits.requires_grad_(True)
-        (grad,) = torch.autograd.grad(loss(call, f, logits, target), logits)
+        _, grad = loss(call, f, logits, target, grad=True)
         _close(
             grad[target == 0],
             torch.zeros_like(grad[target == 0]),
@@ -1362,38 +1041,8 @@ def _length_penalty_checks():
     return [("agrees", "GNMT's length penalty for lengths 0 to 59 and four alphas", 1, agrees)]
 
 
-BOS, EOS, PAD = 1, 2, 0
-
-
-def _table_model(table: dict, V: int = 10):
-    """A stand-in with the Transformer's interface: the logits of the next token depend only on the previous one,
-    table[previous] = {token: logit}; other tokens get -5, whatever the source."""
-    torch = _torch()
-
-    class TableModel(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.config = types.SimpleNamespace(pad_id=PAD, vocab_size=V, max_len=64, N=1, d_model=V)
-            self.generator = torch.nn.Identity()
-            logits = torch.full((V, V), -5.0)
-            for a, row in table.items():
-                for b, value in row.items():
-                    logits[a, b] = value
-            self.register_buffer("logits", logits)
-
-        def encode(self, src):
-            return torch.zeros(src.size(0), src.size(1), V), (src != PAD)[:, None, None, :]
-
-        def decode(self, tgt, memory, src_mask, cache=None, start=0):
-            return self.logits[tgt]  # (batch, T, V): the "hidden state" is the logits
-
-        def new_cache(self):
-            return [{}]
-
-        def forward(self, src, tgt):
-            return self.generator(self.decode(tgt, *self.encode(src)))
-
-    return TableModel().eval()
+BOS, EOS, PAD = kernel.BOS, kernel.EOS, kernel.PAD
+_table_model = kernel.TableModel  # the stand-in model the greedy checks decode with
 
 
 def _as_sequences(out) -> list[list[int]]:

@@ -1,31 +1,91 @@
-"""nbgrader plug-ins for the book's courses, named in the ``nbgrader_config.py`` that ``python -m aiayn.course course``
-writes:
+"""nbgrader's plug-ins for the book's courses, named in the ``nbgrader_config.py`` that ``python -m aiayn.course
+course`` writes:
 
-- ``RestoreCells``: before nbgrader's own OverwriteCells, every cell of a submission gets its nbgrader metadata from
-  the gradebook (the instructor's source notebook), never from the submission;
-- ``Execute``: nbgrader's Execute with each kernel in a sandbox (``SandboxKernelManager``), the checks sent with each
-  check cell, points from the checks' own records, and cells that cannot be stopped skipped in a second run."""
+- ``refuse_odd_submissions``: a submission holding a symbolic link, a hard link or a file that is not a regular file
+  is not graded, and nothing of it is read;
+- ``RestoreCells``: every cell of a submission gets its nbgrader metadata from the gradebook, never from the submission;
+- ``Execute``: nbgrader's Execute with each kernel in a sandbox that holds as root (``SandboxKernelManager``), every
+  check run in this process on the student's results as data, limits on output and time, and a statement that cannot
+  be stopped skipped alone.
+"""
 
+import ast
+import base64
 import copy
-import importlib.util
+import difflib
+import io
+import json
+import os
 import re
-import runpy
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from queue import Empty
 
 import nbformat
 import nbgrader.preprocessors
+import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async
 from nbclient.exceptions import DeadKernelError
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
+
+from aiayn.course import kernel
+
+NOBODY = 65534  # the user a kernel runs as when the grader is root
+MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
+
+# ----------------------------------------------------------------------------------------------------------
+# What a submission may hold
+# ----------------------------------------------------------------------------------------------------------
+
+
+def odd_files(folder: Path) -> list[str]:
+    """Why a submission folder cannot be graded without reading outside it: its symbolic links, hard links and
+    files that are not regular files (devices, pipes, sockets). Nothing is followed or opened."""
+    folder, problems = Path(folder), []
+    if folder.is_symlink() or folder.parent.is_symlink():
+        return [f"{folder.name} is a symbolic link"]
+    for path in sorted(folder.rglob("*")):  # rglob does not descend into linked folders
+        mode, name = path.lstat(), path.relative_to(folder)
+        if stat.S_ISLNK(mode.st_mode):
+            problems.append(f"{name} is a symbolic link")
+        elif not (stat.S_ISREG(mode.st_mode) or stat.S_ISDIR(mode.st_mode)):
+            problems.append(f"{name} is not a regular file (a device, a pipe or a socket)")
+        elif stat.S_ISREG(mode.st_mode) and mode.st_nlink > 1:
+            problems.append(f"{name} is a hard link, to a file that may lie outside the submission")
+    return problems
+
+
+def refuse_odd_submissions() -> None:
+    """Make ``nbgrader autograde`` check each submission with ``odd_files`` before it reads any of it: one with odd
+    files fails alone (nbgrader logs the reason, grades the others and exits with status 1)."""
+    from nbgrader.converters import Autograde
+
+    if getattr(Autograde.init_assignment, "checks_files", False):
+        return
+    original = Autograde.init_assignment
+
+    def init_assignment(self, assignment_id, student_id):
+        problems = odd_files(Path(self._format_source(assignment_id, student_id)))
+        if problems:
+            raise ValueError(f"{student_id}/{assignment_id} not graded: {'; '.join(problems[:3])}")
+        return original(self, assignment_id, student_id)
+
+    init_assignment.checks_files = True
+    Autograde.init_assignment = init_assignment
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cells of a submission: nbgrader metadata from the gradebook
+# ----------------------------------------------------------------------------------------------------------
 
 
 def instructor_cells(gb, notebook: str, assignment: str) -> dict:
@@ -39,93 +99,53 @@ def instructor_cells(gb, notebook: str, assignment: str) -> dict:
 
 
 def restore(nb, instructor: dict) -> list[str]:
-    """Make a submission's nbgrader cells those of the instructor's copy (in place); return a line for each kind of
-    change:
-
-    - a cell whose grade id the instructor's copy does not have (a graded cell a student added), or a second copy of
-      a cell, becomes an ordinary cell;
-    - a known cell gets the instructor's metadata (points, locked, solution), whatever the submission says;
-    - a cell without metadata (a notebook copied into a new one, or whose metadata was stripped) whose source is that
-      of a read-only or graded cell is recognised by its source;
-    - a graded cell missing from the submission is appended at the end, where every function the student wrote
-      exists. nbgrader's OverwriteCells then restores the source of read-only and graded cells from the gradebook.
-    """
+    """Make a submission's nbgrader cells those of the instructor's copy (in place); return a line per kind of change.
+    A cell whose grade id the instructor's copy lacks, or a second copy of one, becomes an ordinary cell; a known cell
+    gets the instructor's metadata; a cell without metadata whose source is a read-only or graded cell's is recognised
+    by its source; a graded cell missing from the submission is appended at the end. nbgrader's OverwriteCells then
+    restores the source of read-only and graded cells from the gradebook."""
     cells, points, solutions = instructor["cells"], instructor["points"], instructor["solutions"]
-    known = {name: (cell_type, locked) for name, cell_type, locked, _ in cells}
+    known = {name: (cell_type, locked, src) for name, cell_type, locked, src in cells}
     by_source = {src.strip(): name for name, _, locked, src in cells if locked and src.strip()}
 
     def metadata(name):
-        meta = {
-            "grade": name in points,
-            "grade_id": name,
-            "locked": known[name][1],
-            "schema_version": 3,
-            "solution": name in solutions,
-        }
-        if name in points:
-            meta["points"] = points[name]
-        return meta
+        meta = {"grade": name in points, "grade_id": name, "locked": known[name][1], "schema_version": 3}
+        return meta | {"solution": name in solutions} | ({"points": points[name]} if name in points else {})
 
-    present, dropped = {}, []  # grade id -> cell
+    present, dropped, recognised, changed = {}, [], 0, []
     for cell in nb.cells:
         name = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if name is None:
-            cell.metadata.pop("nbgrader", None)
-            continue
-        if name not in known or name in present:  # a cell the assignment does not have, or a second copy
+        if name is not None and (name not in known or name in present):  # not the assignment's, or a second copy
             dropped.append(name)
-            del cell.metadata["nbgrader"]
-        else:
+        elif name is not None:
             present[name] = cell
-    recognised = 0
+            continue
+        cell.metadata.pop("nbgrader", None)
     for cell in nb.cells:
         name = by_source.get(cell.source.strip())
         if "nbgrader" not in cell.metadata and name is not None and name not in present:
-            present[name] = cell
-            recognised += 1
-    changed = []
+            present[name], recognised = cell, recognised + 1
     for name, cell in present.items():
         old = {k: v for k, v in cell.metadata.get("nbgrader", {}).items() if k not in ("checksum", "cell_type")}
-        if old and old != metadata(name):
-            changed.append(name)
+        changed += [name] if old and old != metadata(name) else []
         cell.metadata["nbgrader"] = metadata(name)
-    sources = {name: src for name, _, _, src in cells}
-    edited = [name for name, cell in present.items() if known[name][1] and cell.source.strip() != sources[name].strip()]
+    edited = [n for n, cell in present.items() if known[n][1] and cell.source.strip() != known[n][2].strip()]
     missing = [name for name in points if name not in present]
     for name in missing:
-        src = next(s for n, _, _, s in cells if n == name)
-        new = nbformat.v4.new_code_cell(src) if known[name][0] == "code" else nbformat.v4.new_markdown_cell(src)
+        new = (nbformat.v4.new_code_cell if known[name][0] == "code" else nbformat.v4.new_markdown_cell)(known[name][2])
         new.metadata["nbgrader"] = metadata(name)
         nb.cells.append(new)
-
-    return _notes(dropped, changed, edited, recognised, missing)
-
-
-def _notes(dropped: list, changed: list, edited: list, recognised: int, missing: list) -> list[str]:
-    """restore's report: a line for each kind of change it made."""
-    notes = []
-    if dropped:
-        notes.append(
-            f"{len(dropped)} cell(s) marked as nbgrader cells that the assignment does not have, or copies "
-            f"({', '.join(dropped)}): run as ordinary cells"
-        )
-    if changed:
-        notes.append(
-            f"{len(changed)} cell(s) whose nbgrader metadata (points, read-only, graded) differ from the "
-            f"instructor's copy ({', '.join(changed)}): restored"
-        )
-    if edited:
-        notes.append(
-            f"{len(edited)} read-only or graded cell(s) edited ({', '.join(edited)}): the instructor's source "
-            f"runs instead"
-        )
-    if recognised:
-        notes.append(f"{recognised} cell(s) without nbgrader metadata recognised by their source")
-    if missing:
-        notes.append(
-            f"{len(missing)} graded cell(s) missing from the submission ({', '.join(missing)}): appended at the end"
-        )
-    return notes
+    notes = [
+        (dropped, "cell(s) marked as nbgrader cells that the assignment does not have, or copies ({}): run as "
+         "ordinary cells"),
+        (changed, "cell(s) whose nbgrader metadata (points, read-only, graded) differ from the instructor's copy ({}): "
+         "restored"),
+        (edited, "read-only or graded cell(s) edited ({}): the instructor's source runs instead"),
+        (missing, "graded cell(s) missing from the submission ({}): appended at the end"),
+    ]  # fmt: skip
+    lines = [f"{len(names)} {text.format(', '.join(names))}" for names, text in notes if names]
+    lines += [f"{recognised} cell(s) without nbgrader metadata recognised by their source"] if recognised else []
+    return lines
 
 
 class RestoreCells(NbGraderPreprocessor):
@@ -142,86 +162,201 @@ class RestoreCells(NbGraderPreprocessor):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The kernel of a submission: in a sandbox, and graded by the checks' own results
+# What the report flags in the student's own cells: the book's code pasted, and code that reaches past its function
 # ----------------------------------------------------------------------------------------------------------
 
-_CHECK_CALL = re.compile(r'\["check"\]\(\s*"(\w+)", "(\w+)", globals\(\)\)\s*$')
+SUSPECT_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "setattr", "delattr"}
+SUSPECT_CALLS |= {"get_ipython", "breakpoint", "open"}
+SUSPECT_MODULES = {"sys", "os", "inspect", "gc", "ctypes", "threading", "_thread", "multiprocessing", "concurrent"}
+SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", "pickle", "dis", "types", "linecache"}
+SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
+SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
+SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
+NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's
+
+
+def suspect(source: str) -> list[str]:
+    """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
+    modules, torch's operator registry, code built from strings."""
+    try:
+        nodes = list(ast.walk(ast.parse(source)))
+    except SyntaxError:
+        return []
+    found = []
+    for n in nodes:
+        if isinstance(n, ast.Name) and n.id in SUSPECT_CALLS:
+            found.append(n.id)
+        elif (
+            isinstance(n, ast.Call)
+            and getattr(n.func, "id", "") == "getattr"
+            and not (len(n.args) > 1 and isinstance(n.args[1], ast.Constant))
+        ):
+            found.append("getattr with a computed name")
+        elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
+            found.append(f".{n.attr}")
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            found += [f"import {m}" for m in modules if m.split(".")[0] in SUSPECT_MODULES]
+    return sorted(set(found))
+
+
+def _tokens(node) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", kernel.normalised(node))
+
+
+def near_copies(source: str, references: dict[str, object]) -> list[str]:
+    """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens."""
+    try:
+        mine = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]
+    except SyntaxError:
+        return []
+    found = {}
+    for node in mine:
+        for name, ref in references.items():
+            a, b = _tokens(node), _tokens(ref)
+            share = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if min(len(a), len(b)) > 30 else 0
+            if share >= NEAR_COPY:
+                found[name] = max(found.get(name, 0), share)
+    return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()]
+
+
+def references(assignments, solutions: list[str]) -> dict[str, object]:
+    """The book's code that the assignments ask the student to write anew: each reference's definition and the
+    reference solutions of the instructor's copy, as syntax trees."""
+    import inspect
+
+    found = {}
+    for a in assignments:
+        for path in a.references:
+            module, qualname, obj = kernel.reference_source(path)
+            try:
+                node = kernel.tree(inspect.getsource(obj))
+            except (OSError, TypeError):
+                continue
+            found[path] = node if node is not None else found.get(path)
+    for source in solutions:
+        try:
+            nodes = ast.walk(ast.parse(source))
+        except SyntaxError:
+            continue
+        found |= {f"the book's solution ({n.name})": n for n in nodes if isinstance(n, ast.FunctionDef)}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The kernel of a submission: an unprivileged sandbox that sees an allow-list
+# ----------------------------------------------------------------------------------------------------------
 
 
 def sandbox_problem() -> str:
     """Why a sandboxed kernel cannot start on this machine ("" when it can)."""
-    if shutil.which("bwrap") is None:
-        return (
-            "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
-        )
-    run = subprocess.run(
-        ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        + ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--", "true"],
-        capture_output=True,
-        text=True,
-    )
+    if shutil.which("bwrap") is None or shutil.which("setpriv") is None:
+        return "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install it)"
+    run = subprocess.run(["bwrap", *_base(), "--", *_unprivileged(), "true"], capture_output=True, text=True)
     if run.returncode:
         return f"bubblewrap cannot create a sandbox here ({run.stderr.strip() or run.returncode}): user namespaces off?"
     return ""
 
 
-def _hidden() -> list[Path]:
-    """What a submission's kernel must not read: the checks (their reference values and solutions) and, in a clone
-    of the book, the chapters and course notebooks, which hold the exercises' solutions."""
-    spec = importlib.util.find_spec("aiayn.checks")
-    checks = Path(spec.origin)
-    hidden = [checks, *checks.parent.glob("__pycache__/checks.*.pyc")]
-    root = checks.parent.parent
-    hidden += [root / name for name in ("book", "course", ".git", "_build") if (root / name).is_dir()]
-    return hidden
+def _unprivileged() -> list[str]:
+    """Inside the sandbox, before the kernel starts: a grader that is root becomes nobody, with no capabilities left
+    and none to gain (bubblewrap sets no_new_privs)."""
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"] if os.geteuid() == 0 else []
+
+
+def _base() -> list[str]:
+    """Namespaces and the system's read-only folders, and nothing else of the file system. As root, bubblewrap keeps
+    only the right to become nobody (``_unprivileged``); otherwise it runs in a user namespace of its own."""
+    box = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        box += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        box += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    box += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(256 << 20), "--tmpfs", "/tmp"]
+    for folder in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
+        box += ["--ro-bind", folder, folder] if os.path.exists(folder) else []
+    return box
+
+
+class _Context(zmq.asyncio.Context):
+    """Sockets that refuse a message over MAX_MESSAGE bytes (the kernel is disconnected from, the grader unharmed)."""
+
+    def socket(self, *args, **kwargs):
+        sock = super().socket(*args, **kwargs)
+        sock.maxmsgsize = MAX_MESSAGE
+        return sock
 
 
 class SandboxKernelManager(AsyncKernelManager):
-    """A kernel in a bubblewrap sandbox: the file system read-only; the course folder (gradebook, source notebooks,
-    other submissions), the checks and the book's solutions hidden; no network; a fresh writable copy of the
-    submission's folder as its working directory; talking to the grader over Unix sockets in a folder of its own."""
+    """A kernel in a bubblewrap sandbox, as an unprivileged user with no capabilities. It sees the system's folders,
+    the Python environment, the package without its course (but ``kernel``), the data and model caches, the book's
+    results and models, all read-only, and a fresh writable copy of its submission's folder; no course folder, no
+    gradebook, no notebooks of the book, no network. It talks to the grader over Unix sockets in a folder of its own,
+    within limits on memory, processes and file size."""
+
+    memory_mb = Integer(4096, help="address space of a kernel, in MiB").tag(config=True)
+    processes = Integer(64, help="processes and threads of a kernel").tag(config=True)
+    sandbox = Bool(True, help="run the kernel in bubblewrap (False: only to try a course out)").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        self.context = _Context()
         self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
-        self.transport = "ipc"
-        self.connection_file = str(self.sandbox_dir / "kernel.json")
-        self.ip = str(self.sandbox_dir / "kernel-ipc")
+        if self.sandbox:
+            self.transport, self.ip = "ipc", str(self.sandbox_dir / "kernel-ipc")
+            self.connection_file = str(self.sandbox_dir / "kernel.json")
+
+    def client(self, **kwargs):
+        return super().client(context=self.context, **kwargs)
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
         cmd = super().format_kernel_cmd(extra_arguments)
+        limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}", "--"]
+        if not self.sandbox:
+            return limits + cmd
         cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
-        course = cwd.parents[2] if len(cwd.parents) > 2 and cwd.parents[1].name == "autograded" else None
-        if course is None and (Path.cwd() / "gradebook.db").exists():
-            course = Path.cwd().resolve()  # nbgrader run in the course folder, with submissions kept elsewhere
         work, home = self.sandbox_dir / "work", self.sandbox_dir / "home"
         if not work.exists():
-            shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"))
+            shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True)
         home.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")]:
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged()] + cmd
+
+    def _view(self, cwd: Path, work: Path, home: Path) -> list[str]:
         from aiayn import ROOT, data, pretrained
 
-        caches = [data.cache_dir(), pretrained.cache_dir()]
-        box = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        # what the kernel needs (Python, the package, the caches), even where it lies in /tmp
-        for keep in sorted({Path(sys.prefix), Path(sys.base_prefix), ROOT, *caches}, key=lambda p: len(str(p))):
-            if keep.resolve().is_relative_to("/tmp") and keep.is_dir():
-                box += ["--ro-bind", str(keep.resolve()), str(keep)]
-        if course is not None:
-            box += ["--tmpfs", str(course)]
-        for path in _hidden():
-            box += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-        for cache in caches:
-            if cache.is_dir():  # seen even where it lies in a hidden folder (such as _build)
-                box += ["--ro-bind", str(cache.resolve()), str(cache)]
+        package = Path(kernel.__file__).resolve().parents[1]
+        readable = [Path(sys.base_prefix), Path(sys.prefix), package, data.cache_dir(), pretrained.cache_dir()]
+        readable += [ROOT / "results", ROOT / "pretrained"]
+        readable = sorted({p.resolve() for p in readable if p.exists()}, key=lambda p: len(str(p)))
+        mounts = readable + [self.sandbox_dir, cwd]
+        parents = {a for p in mounts for a in p.parents if not any(a.is_relative_to(m) for m in mounts)}
+        box = [
+            arg
+            for a in sorted(parents - {Path("/")}, key=lambda p: len(str(p)))
+            for arg in ("--perms", "0755", "--dir", str(a))
+        ]
+        for path in readable:
+            box += ["--ro-bind", str(path), str(path)]
+        course = package / "course"  # the grading package, but for the module that answers calls
+        box += ["--tmpfs", str(course), "--ro-bind", kernel.__file__, str(course / "kernel.py")]
+        box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home}
-        env |= {"AIAYN_DATA": caches[0], "AIAYN_PRETRAINED": caches[1]}  # read-only
+        env = {
+            "HOME": home,
+            "MPLCONFIGDIR": home,
+            "IPYTHONDIR": home,
+            "TMPDIR": "/tmp",
+            "USER": "student",
+            "LOGNAME": "student",
+        }
+        env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": pretrained.cache_dir().resolve()}
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
-        box += ["--unsetenv", "JPY_PARENT_PID"]  # the kernel's parent is the sandbox: bubblewrap ends it with us
-        box += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", str(cwd), "--"]
-        return box + cmd
+        return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)
@@ -229,79 +364,195 @@ class SandboxKernelManager(AsyncKernelManager):
             shutil.rmtree(self.sandbox_dir, ignore_errors=True)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Executing a submission: checks in this process, limits, and statements that cannot be stopped
+# ----------------------------------------------------------------------------------------------------------
+
+
 class StuckCell(Exception):
-    """A cell that went on past its time limit and an interrupt: its kernel is killed, and the notebook graded
-    again with the cell skipped."""
+    """A cell (or a check's call) that ran past its time limit and an interrupt: its kernel is killed, and the
+    notebook graded again with that statement skipped."""
+
+    stops_grading = True  # a check that meets it stops (the checks see any other exception as the student's)
 
 
 class Execute(nbgrader.preprocessors.Execute):
-    """nbgrader's Execute, for the book's checks:
-
-    - the kernel runs in a sandbox (``SandboxKernelManager``) unless ``sandbox`` is off;
-    - a check cell runs the checks sent with it (the kernel cannot read them beforehand), with a fresh nonce and
-      the grader's record of the tools the checks use; its points come from the record the check emits, never from
-      what else the cell shows;
-    - a cell that does not stop when interrupted after its time limit (a long call into C, a cell that ignores
-      SIGINT), or that kills its kernel, is skipped: the notebook is graded again without it, and the cell says so.
-    """
+    """nbgrader's Execute, for the book's checks: each kernel in a sandbox; a check cell never runs in the kernel (its
+    check runs here, and each call of the student's function goes to the kernel as a request and comes back as data);
+    limits on a notebook's output and time; a statement that does not stop when interrupted, or that ends its kernel,
+    is skipped alone: the notebook is graded again, with the statements before and after it."""
 
     sandbox = Bool(True, help="run each submission's kernel in a bubblewrap sandbox").tag(config=True)
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
-    max_stuck = Integer(3, help="cells skipped at most before a notebook is not graded").tag(config=True)
-    _checks = None  # what _checks_source returns, read once
+    max_stuck = Integer(4, help="statements skipped at most before a notebook is not graded").tag(config=True)
+    notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
+    cell_output = Integer(100_000, help="characters of output kept per cell").tag(config=True)
+    notebook_output = Integer(1_000_000, help="characters of output kept per notebook").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.sandbox:
-            self.kernel_manager_class = SandboxKernelManager
+        self.kernel_manager_class = SandboxKernelManager
+        self.config.SandboxKernelManager.sandbox = self.sandbox
+        self._call_timeout = None
 
     def preprocess(self, nb, resources=None, km=None):
-        skipped: dict[int, tuple[str, str]] = {}  # cell -> ("stuck" or "died", why)
-        self._checks = _checks_source() if self._checks is None else self._checks
+        from aiayn.course.checks import ASSIGNMENTS
+
+        self._checks = {f"{a.key}_{c.key}": (a.key, c.key) for a in ASSIGNMENTS.values() for c in a.checks}
+        self._flag(nb, resources, ASSIGNMENTS)
+        self._skipped, self._deadline = {}, time.monotonic() + self.notebook_seconds
         while True:
-            work = copy.deepcopy(nb)
-            for index in skipped:
-                work.cells[index].source = "raise RuntimeError('skipped: this cell was stopped')"
+            self._out, self._cell, self._stmt = {}, None, None
             try:
-                self._index = None
-                work, resources = super().preprocess(work, resources, km)
-                break
+                work, resources = super().preprocess(copy.deepcopy(nb), resources, km)
+                return work, resources
             except (StuckCell, DeadKernelError) as err:
-                if self._index is None or len(skipped) >= self.max_stuck:
+                if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
-                stuck = isinstance(err, StuckCell)
-                skipped[self._index] = ("stuck", str(err)) if stuck else ("died", "ended its kernel (killed or exited)")
-                self.log.warning("cell %d %s; grading again without it", self._index, skipped[self._index][1])
-        for index, (kind, why) in skipped.items():
-            cell = work.cells[index]
-            cell.source = nb.cells[index].source
-            message = f"cell {index} {why}; the notebook was graded again without it, so the cells after it ran"
-            cell.outputs = [_error_output("CellStopped", message)]
-            cell.metadata.setdefault("aiayn", {})["stopped"] = kind
-        return work, resources
+                why = str(err) if isinstance(err, StuckCell) else "ended its kernel (out of memory, killed or exited)"
+                self._skipped[(self._cell, self._stmt)] = why
+                self.log.warning("cell %d %s; grading again without it", self._cell, why)
+
+    def _flag(self, nb, resources, assignments) -> None:
+        """Flags on the student's own cells: code that reaches past its function, and copies of the book's code."""
+        solutions, info = [], (resources or {}).get("nbgrader", {})
+        if "db_url" in info:
+            with Gradebook(info["db_url"]) as gb:
+                cells = instructor_cells(gb, info["notebook"], info["assignment"])
+            solutions = [src for name, _, _, src in cells["cells"] if name in cells["solutions"]]
+        ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
+        graded = {a for key, (a, _) in self._checks.items() if key in ids}
+        refs = references([assignments[a] for a in graded if a in assignments], solutions)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("locked"):
+                flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source)] if found]
+                flags += near_copies(cell.source, refs)
+                if flags:
+                    cell.metadata.setdefault("aiayn", {})["flags"] = flags
+
+    def _get_timeout(self, cell):
+        timeout = self._call_timeout or super()._get_timeout(cell) or self.notebook_seconds
+        return max(1.0, min(timeout, self._deadline - time.monotonic()))
 
     def preprocess_cell(self, cell, resources, index):
-        self._index = index
+        self._cell, self._stmt = index, None
         meta = cell.metadata.get("nbgrader", {})
-        call = _CHECK_CALL.search(cell.source) if cell.cell_type == "code" and meta.get("grade") else None
-        if call is None:
-            cell, resources = super().preprocess_cell(cell, resources, index)
-            if meta.get("grade"):
-                _no_partial_credit(cell)
+        if cell.cell_type != "code":
             return cell, resources
-        nonce = secrets.token_hex(16)
-        shown = cell.source
-        cell.source = _graded_check_cell(self._checks, call[1], call[2], nonce)
+        if time.monotonic() > self._deadline:
+            why = f"not run: the notebook ran past its time limit ({self.notebook_seconds:g} s)"
+            cell.outputs = [_error_output("NotebookTimeLimit", why)]
+        elif meta.get("grade") and meta.get("grade_id") in self._checks:
+            self._check_cell(cell, index, *self._checks[meta["grade_id"]])
+        elif (index, None) in self._skipped:
+            resources = self._by_statement(cell, resources, index)
+        else:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        if meta.get("grade"):
+            _no_partial_credit(cell)
+        self.nb.cells[index] = cell  # the cell as graded (nbclient leaves the last code it ran for this index here)
+        return cell, resources
+
+    def _by_statement(self, cell, resources, index):
+        """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
         try:
-            self._check_assign_resources(resources)
-            cell = self.execute_cell(cell, index, store_history=False)
+            body = ast.parse(cell.source).body
+        except SyntaxError:  # IPython syntax: the cell is skipped whole
+            body = []
+        spans = []
+        for node in body:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            if spans and first <= spans[-1][1]:
+                spans[-1][1] = node.end_lineno
+            else:
+                spans.append([first, node.end_lineno])
+        lines, outputs = cell.source.splitlines(keepends=True), []
+        if not spans:
+            outputs.append(_error_output("CellStopped", f"cell {index} {self._skipped[(index, None)]}: skipped"))
+        for j, (first, last) in enumerate(spans):
+            self._stmt = j
+            if (index, j) in self._skipped:
+                why = f"lines {first}-{last} of cell {index} {self._skipped[(index, j)]}: skipped, the rest ran"
+                outputs.append(_error_output("CellStopped", why))
+                continue
+            part = copy.deepcopy(cell)
+            part.source = "".join(lines[first - 1 : last])
+            part, resources = super().preprocess_cell(part, resources, index)
+            outputs += part.outputs
+        cell.outputs = outputs
+        cell.metadata.setdefault("aiayn", {})["stopped"] = True
+        return resources
+
+    def _check_cell(self, cell, index: int, assignment: str, key: str) -> None:
+        """A check cell: its check runs here; its outputs are the check's verdict, and only that."""
+        from aiayn.course.checks import ASSIGNMENTS, feedback, verdict
+
+        if (index, None) in self._skipped:
+            c = next(c for c in ASSIGNMENTS[assignment].checks if c.key == key)
+            message = f"your function {self._skipped[(index, None)]}"
+            flags = []
+        else:
+            c, message, flags = verdict(assignment, key, lambda request: self._call(request, index))
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=feedback(c, message) + "\n")]
+        if message:
+            cell.outputs.append(_error_output("Failed", message))
+        cell.metadata["aiayn"] = {"check": {"passed": not message, "message": message, "flags": flags}}
+
+    def _call(self, request: dict, index: int) -> dict:
+        """One call of the student's function, in the kernel: the request goes in as code, the answer comes back as
+        data (only tensors, numbers, strings and containers of them can be read back)."""
+        import torch
+
+        request["nonce"] = nonce = secrets.token_hex(16)
+        buffer = io.BytesIO()
+        torch.save(request, buffer)
+        probe = nbformat.v4.new_code_cell(
+            f"__import__('aiayn.course.kernel', fromlist=['serve']).serve({base64.b64encode(buffer.getvalue())!r}, "
+            "globals())"
+        )
+        self._call_timeout = request["seconds"] + self.interrupt_grace
+        try:
+            probe = self.execute_cell(probe, index, store_history=False)
+        except DeadKernelError:
+            raise StuckCell("ended its kernel (out of memory, killed or exited)") from None
         finally:
-            cell.source = shown
-        _grade_from_record(cell, nonce, self._checks[2])
-        return cell, self.resources
+            self._call_timeout = None
+        answers = [o.data[kernel.MIME] for o in probe.outputs if kernel.MIME in o.get("data", {})]
+        answers = [a for a in answers if isinstance(a, dict) and a.get("nonce") == nonce and "data" in a]
+        empty = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
+        if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
+            return {**empty, "timeout": True}
+        try:
+            answer = torch.load(io.BytesIO(base64.b64decode(answers[-1]["data"])), weights_only=True)
+            assert isinstance(answer, dict) and set(empty) <= set(answer) and isinstance(answer["calls"], list)
+            return answer
+        except Exception:  # no answer, or one that is not data
+            return {**empty, "error": ("NoResult", "the kernel sent back no result that the checks can read")}
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
+        content = msg.get("content", {})
+        if kernel.MIME in content.get("data", {}):
+            return super().output(outs, msg, display_id, cell_index)
+        if msg["msg_type"] == "error":  # always kept (it takes a graded cell's points), within the limit
+            content["evalue"], content["traceback"] = str(content.get("evalue", ""))[:2000], content["traceback"][-20:]
+            content["traceback"] = [line[:2000] for line in content["traceback"]]
+            return super().output(outs, msg, display_id, cell_index)
+        size = len(json.dumps(content, default=str))
+        cell, total = self._out.get(cell_index, 0), self._out.get("total", 0)
+        if cell + size > self.cell_output or total + size > self.notebook_output:
+            if not self._out.get(("cut", cell_index)):
+                self._out[("cut", cell_index)] = True
+                limit = "cell's" if cell + size > self.cell_output else "notebook's"
+                chars = getattr(self, limit[:-2] + "_output")
+                text = f"\n[output cut: past the {limit} limit of {chars:,} characters]\n"
+                outs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
+            return None
+        self._out[cell_index], self._out["total"] = cell + size, total + size
+        return super().output(outs, msg, display_id, cell_index)
 
     async def _async_handle_timeout(self, timeout, cell=None):
-        self.log.error("cell %s: no reply within %s s; interrupting the kernel", self._index, timeout)
+        self.log.error("cell %s: no reply within %s s; interrupting the kernel", self._cell, timeout)
         await ensure_async(self.km.interrupt_kernel())
         try:
             await ensure_async(self.kc.shell_channel.get_msg(timeout=self.interrupt_grace))
@@ -309,38 +560,9 @@ class Execute(nbgrader.preprocessors.Execute):
             self.shutdown_kernel = "immediate"
             raise StuckCell(
                 f"was stopped: it ran past its time limit ({timeout:g} s) and did not stop when interrupted "
-                f"within {self.interrupt_grace:g} s (a long call into C code, or a cell that ignores interrupts)"
+                f"within {self.interrupt_grace:g} s (a long call into C code, or code that ignores interrupts)"
             ) from None
         return {"content": {**self.error_on_timeout, "status": "error"}}
-
-
-def _checks_source() -> tuple[str, dict, str]:
-    """The checks' source, the record of their tools taken in this (the grader's) process, and the MIME type of
-    the record a graded check emits."""
-    path = importlib.util.find_spec("aiayn.checks").origin
-    checks = runpy.run_path(path)
-    return Path(path).read_text(encoding="utf-8"), checks["tools"](), checks["CHECK_MIME"]
-
-
-def _graded_check_cell(checks: tuple[str, dict, str], assignment: str, key: str, nonce: str) -> str:
-    """What a check cell runs under the grader: the checks travel in the cell (the kernel cannot read them before,
-    and the cell leaves no copy in the input history or linecache), and run only if ``exec``, ``compile`` and
-    ``globals`` are the interpreter's own."""
-    source, tools, _ = checks
-    grading = {"nonce": nonce, "tools": tools}
-    return (
-        "__import__('linecache').cache.pop(__import__('sys')._getframe().f_code.co_filename, None)\n"
-        "for __n, __f in (('exec', exec), ('compile', compile), ('globals', globals)):\n"
-        "    if (__f.__class__ is not [].append.__class__ or __f.__name__ != __n\n"
-        "            or __f.__self__.__name__ != 'builtins'):\n"
-        "        raise RuntimeError('the grader cannot run this check: ' + __n + ' was replaced')\n"
-        "__ns = {'__name__': 'aiayn.checks', '__builtins__': exec.__self__}\n"
-        "try:\n"
-        f"    exec(compile({source!r}, '<aiayn.checks>', 'exec'), __ns)\n"
-        f"    __ns['check']({assignment!r}, {key!r}, globals(), {grading!r})\n"
-        "finally:\n"
-        "    del __ns, __n, __f\n"
-    )
 
 
 def _error_output(ename: str, message: str) -> dict:
@@ -353,36 +575,3 @@ def _no_partial_credit(cell) -> None:
     for i, out in enumerate(cell.outputs):
         if out.output_type == "execute_result":
             cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.get("metadata", {}))
-
-
-def _grade_from_record(cell, nonce: str, mime: str) -> None:
-    """A check cell's points come from the record (of type ``mime``) its check emitted with this cell's nonce: its
-    outputs become what the check printed and displayed, and one error when the check failed or left no record (0
-    points)."""
-    record, kept, errors = None, [], []
-    for out in cell.outputs:
-        data = out.get("data", {})
-        if mime in data:
-            record = data[mime] if data[mime].get("nonce") == nonce else record
-        elif out.output_type == "error":
-            errors.append(out)
-        elif out.output_type == "stream":
-            kept.append(nbformat.v4.new_output("stream", name="stdout", text=out.text))
-        else:
-            kept.append(out)
-    cell.outputs = kept
-    _no_partial_credit(cell)
-    if record is None and errors and errors[0].ename in ("CellTimeoutError", "KeyboardInterrupt"):
-        record = {"passed": False, "message": "timed out", "flags": []}
-    elif record is None:
-        why = (
-            f"{errors[0].ename}: {str(errors[0].evalue).strip()[:300]}"
-            if errors
-            else "the cell was changed while it ran (nothing of the check's ran)"
-        )
-        record = {"passed": False, "message": f"the check left no result: {why}", "flags": ["no check result"]}
-    elif errors and record["passed"]:
-        record = {**record, "passed": False, "message": "the cell raised after its check passed"}
-    cell.metadata["aiayn"] = {"check": {k: record.get(k) for k in ("passed", "message", "flags")}}
-    if not record["passed"]:
-        cell.outputs.append(_error_output("Failed", record["message"] or "failed"))
