@@ -23,7 +23,8 @@ The machinery around them is written by hand:
     runs            data (Multi30k), corpus (the encoded cache), experiment (one run of §6.1; RunConfig declares
                     its settings), health (a failed run's signs), variations (Table 3), launch (several runs at
                     once), plan (the GPU stages), provenance, pretrained (shipped models)
-    course          course, checks, _nbgrader (the graded exercises)
+    course/         the graded exercises: assignments, checks, grader, kernel (a package of a clone, left out of
+                    the installed wheel; no module above imports it)
     site            _book (executes chapters), _export (writes the modules above), glue
 
 The convention that tells them apart: a generated module's first line is "# Generated from book/..." and it keeps the

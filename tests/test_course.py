@@ -619,9 +619,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     right = _answers(course.COURSE / "schedule.ipynb")
     cosine = next(k for k in right if "warmup_cosine" in k)
     package = Path(importlib.util.find_spec("aiayn").origin).parent
-    pasted = (
-        right[cosine].replace("    if step >= total", "    # the end\n    if total <= step").replace("0.5", "1 / 2")
-    )
+    pasted = right[cosine].replace("    if step >= total", "    # the end\n    if step >= total").replace("peak", "top")
 
     def edit_for(extra, student):
         def edit(nb):

@@ -4,8 +4,8 @@ A coding exercise is a code cell after a chapter's "Exercises" heading with its 
 markers (``### BEGIN SOLUTION`` / ``### END SOLUTION``); the code cell after it checks the result. This module knows
 which exercises exist and what they are worth, and writes an nbgrader course from them: one assignment per notebook,
 whose graded cells are the checks of ``aiayn/course/checks.py`` (one cell per check, with its points) or, for an
-exercise without registered checks, the chapter's own test cell (1 point). nbgrader does the rest, with each submission's
-kernel in a bubblewrap sandbox and every check run in the grader's own process (``aiayn.course.grader``):
+exercise without registered checks, the chapter's own test cell (1 point). nbgrader does the rest, with each
+submission's kernel in a bubblewrap sandbox and every check run in the grader's own process (``aiayn.course.grader``):
 
     python -m aiayn.course list                                 # exercises, checks and points
     python -m aiayn.course course my-course [--link-chapters]   # my-course/nbgrader_config.py and source/

@@ -172,7 +172,8 @@ SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", 
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
-NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's
+NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
+NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
 def suspect(source: str) -> list[str]:
@@ -215,7 +216,7 @@ def near_copies(source: str, references: dict[str, object]) -> list[str]:
         for name, ref in references.items():
             a, b = _tokens(node), _tokens(ref)
             share = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if min(len(a), len(b)) > 30 else 0
-            if share >= NEAR_COPY:
+            if share >= (NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY):
                 found[name] = max(found.get(name, 0), share)
     return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()]
 
