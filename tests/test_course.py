@@ -592,7 +592,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     ),
     "k_pasted": ("pasted", ""),
     "l_ends_its_kernel": ("right+import os\nos._exit(0)", ""),
-    "m_floods_output": ("right", "for i in range(300):\n    print('x' * 100_000)"),
+    "m_floods_output": ("right", "for i in range(40):\n    print('x' * 100_000)"),
     "n_memory": ("right", "hog = bytearray(8 << 30)"),
     "o_processes": ("right", "import subprocess\nkids = [subprocess.Popen(['sleep', '5']) for _ in range(200)]"),
     "p_symlink": ("right", ""),

@@ -394,6 +394,7 @@ class Execute(nbgrader.preprocessors.Execute):
         super().__init__(*args, **kwargs)
         self.kernel_manager_class = SandboxKernelManager
         self.config.SandboxKernelManager.sandbox = self.sandbox
+        self.raise_on_iopub_timeout = False  # a message refused for its size never arrives: the cell still ends
         self._call_timeout = None
 
     def preprocess(self, nb, resources=None, km=None):
