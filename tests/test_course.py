@@ -529,6 +529,21 @@ needs_sandbox = pytest.mark.skipif(
     reason="grading needs bubblewrap (apt-get install bubblewrap)",
 )
 
+OWN_COSINE = """def warmup_cosine(step, peak, warmup, total):
+    if step < warmup:
+        return step / warmup * peak
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return 0.5 * peak * (1.0 + math.cos(math.pi * progress))"""
+OWN_EPOCH = """def my_train_epoch(model, batches, optimizer, scheduler, accum):
+    count = 0
+    for batch in batches:
+        loss = model(batch) / accum
+        loss.backward()
+        count += 1
+        if count % accum == 0:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()"""
 ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a replacement; a cell added after it)
     "a_honest": ("right", ""),
     "b_tamper": (
@@ -614,17 +629,21 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     config = root / "nbgrader_config.py"
     text = config.read_text().replace("STUDENT_CELL = 30", "STUDENT_CELL = 8")
     text = text.replace("CHECK_CALL = 10", "CHECK_CALL = 4")
-    config.write_text(text.replace("NOTEBOOK = 1800", "NOTEBOOK = 90") + "c.Execute.interrupt_grace = 2\n")
+    config.write_text(text.replace("NOTEBOOK = 1800", "NOTEBOOK = 60") + "c.Execute.interrupt_grace = 2\n")
     assert _nbgrader(root, "generate_assignment", "schedule").returncode == 0
-    right = _answers(course.COURSE / "schedule.ipynb")
-    cosine = next(k for k in right if "warmup_cosine" in k)
+    solution = _answers(course.COURSE / "schedule.ipynb")
+    cosine = next(k for k in solution if "warmup_cosine" in k)
+    epoch = next(k for k in solution if "my_train_epoch" in k)
+    right = {**solution, cosine: OWN_COSINE, epoch: OWN_EPOCH}  # a student's own words: no flag
     package = Path(importlib.util.find_spec("aiayn").origin).parent
-    pasted = right[cosine].replace("    if step >= total", "    # the end\n    if step >= total").replace("peak", "top")
+    pasted = (
+        solution[cosine].replace("    if step >= total", "    # the end\n    if step >= total").replace("peak", "top")
+    )
 
     def edit_for(extra, student):
         def edit(nb):
             first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
-            for _ in range(13 if student == "q_slow" else 1):  # 13 x 7.5 s: past the notebook's 90 s
+            for _ in range(9 if student == "q_slow" else 1):  # 9 x 7.5 s: past the notebook's 60 s
                 source = extra.replace("{root}", str(root)).replace("{package}", str(package))
                 nb.cells.insert(first + 1, nbformat.v4.new_code_cell(source))
 
@@ -645,8 +664,20 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     protected += sorted((root / "submitted").glob("*/schedule/schedule.ipynb"))
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
 
-    run = _nbgrader(root, "autograde", "schedule")
-    assert run.returncode == 1 and "p_symlink/schedule not graded: notes.txt is a symbolic link" in run.stderr
+    # two nbgrader processes share the class, as an instructor may run them: the submissions that wait on a limit
+    # beside the others (one gradebook; each process grades its own students)
+    waiting = "d_stuck_in_c,e_ignores_sigint,l_ends_its_kernel,q_slow"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    runs = [
+        subprocess.Popen(
+            [str(BIN / "nbgrader"), "autograde", "schedule", option],
+            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for option in (f"--CourseDirectory.student_id_exclude={waiting}", "--student=[delq]_*")
+    ]  # fmt: skip
+    (_, others), (_, slow) = (run.communicate() for run in runs)
+    assert runs[1].returncode == 0, slow
+    assert runs[0].returncode == 1 and "p_symlink/schedule not graded: notes.txt is a symbolic link" in others
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected} == before
     assert not (package / "course" / "checks.py").read_text().endswith("20")
 
@@ -682,10 +713,13 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         blocks[student] = blocks.get(student, "") + " " + " ".join(line.split())
     assert "not graded: notes.txt is a symbolic link" in blocks["p_symlink"]
     for stuck in ("d_stuck_in_c", "e_ignores_sigint"):
-        assert "did not stop when interrupted" in blocks[stuck] and "skipped, the rest ran" in blocks[stuck]
+        assert "did not stop when interrupted" in blocks[stuck] and "one statement at a time" in blocks[stuck]
+    assert "skipped, the rest ran" in blocks["d_stuck_in_c"]  # the C call cannot be interrupted, even alone
+    # ipykernel restores its SIGINT handler after each request: run alone, the loop is interruptible
+    assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
     assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
-    assert "the notebook ran past its time limit (90 s)" in blocks["q_slow"]
+    assert "the notebook ran past its time limit (60 s)" in blocks["q_slow"]
     assert "FLAG calls aiayn.training.rate" in blocks["j_book_in_a_thread"]
     assert "FLAG resembles the book's solution (warmup_cosine)" in blocks["k_pasted"]
     for sly in ("c_undoes_the_sandbox", "f_forges", "g_patches", "h_reads_checks", "i_searches_frames"):
@@ -731,3 +765,19 @@ def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothin
     assert "calls aiayn.attention.attention (or a copy of it)" in printed[0]
     assert "calls aiayn.attention.attention (or a copy of it)" in printed[1]
     assert "calls torch.nn.functional.scaled_dot_product_attention" in printed[2]
+
+
+def test_the_answer_keys_counts_are_the_models():
+    """The instructors page's answer key states parameter counts: they are those of the book's modules."""
+    import re
+
+    from aiayn.model import TransformerConfig, count_parameters, make_model
+    from aiayn.multi_head import MultiHeadAttention
+
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    key = " ".join(page.split("## Answer key: the conceptual questions", 1)[1].split())
+    narrow, full = (count_parameters(MultiHeadAttention(512, 8, **kw)) for kw in ({"d_k": 16}, {}))
+    assert f"$= {narrow:,}$".replace(",", "{,}") in key and f"the {full:,} of `MultiHeadAttention(512, 8)`" in key
+    pre, post = (count_parameters(make_model(TransformerConfig(norm_first=first))) for first in (True, False))
+    assert f"adds {pre - post:,} parameters to the base model ({pre:,} against {post:,})" in key
+    assert re.search(r"\$2 \\times 2 \\times 512\$", key) and pre - post == 2 * 2 * 512

@@ -399,6 +399,8 @@ def report(root: Path, assignment: str) -> list[str]:
                     for flag in (mine.get("check", {}).get("flags") or []) + (mine.get("flags") or []):
                         flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
                     text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+                    if mine.get("stopped"):
+                        lines.append(_detail(f"cell {i} {mine['stopped']}; run again one statement at a time"))
                     if error == "timed out":
                         lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
                     elif error.startswith("stopped: "):

@@ -417,20 +417,38 @@ class Execute(nbgrader.preprocessors.Execute):
 
     def _flag(self, nb, resources, assignments) -> None:
         """Flags on the student's own cells: code that reaches past its function, and copies of the book's code."""
-        solutions, info = [], (resources or {}).get("nbgrader", {})
-        if "db_url" in info:
-            with Gradebook(info["db_url"]) as gb:
-                cells = instructor_cells(gb, info["notebook"], info["assignment"])
-            solutions = [src for name, _, _, src in cells["cells"] if name in cells["solutions"]]
         ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
         graded = {a for key, (a, _) in self._checks.items() if key in ids}
-        refs = references([assignments[a] for a in graded if a in assignments], solutions)
+        refs = references([assignments[a] for a in graded if a in assignments], self._solutions(resources))
         for cell in nb.cells:
             if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("locked"):
                 flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source)] if found]
                 flags += near_copies(cell.source, refs)
                 if flags:
                     cell.metadata.setdefault("aiayn", {})["flags"] = flags
+
+    def _solutions(self, resources) -> list[str]:
+        """The solution cells of the instructor's source notebook, without their markers (the gradebook holds only
+        the released cells, whose solutions are cleared)."""
+        from nbgrader.coursedir import CourseDirectory
+
+        from aiayn.course.assignments import has_solution
+
+        info = (resources or {}).get("nbgrader", {})
+        if "assignment" not in info:
+            return []
+        folder = CourseDirectory(config=self.config).format_path("source", ".", info["assignment"])
+        try:
+            nb = nbformat.read(Path(folder) / f"{info['notebook']}.ipynb", as_version=4)
+        except (OSError, ValueError):
+            return []
+        cells = [c.source for c in nb.cells if c.cell_type == "code" and has_solution(c.source)]
+        return [
+            "\n".join(
+                line for line in src.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
+            )
+            for src in cells
+        ]
 
     def _get_timeout(self, cell):
         timeout = self._call_timeout or super()._get_timeout(cell) or self.notebook_seconds
@@ -482,7 +500,7 @@ class Execute(nbgrader.preprocessors.Execute):
             part, resources = super().preprocess_cell(part, resources, index)
             outputs += part.outputs
         cell.outputs = outputs
-        cell.metadata.setdefault("aiayn", {})["stopped"] = True
+        cell.metadata.setdefault("aiayn", {})["stopped"] = self._skipped[(index, None)]
         return resources
 
     def _check_cell(self, cell, index: int, assignment: str, key: str) -> None:
