@@ -154,12 +154,16 @@ def run_checks(model, val_batches, val: dict, hypotheses: dict[str, list[str]]) 
     return {"outputs": spread, "source": gain, "warnings": warnings}
 
 
+NATIVE_BF16 = ("amx", "avx512_bf16")  # CPU features with bf16 matrix instructions
+
+
 def run_precision(device: torch.device, requested: str = "auto") -> str:
     """The precision a run trains in. "auto" is choose_precision's (bf16 or fp16 on a GPU, fp32 on a CPU), except on a
-    CPU with AMX, where bf16 autocast trains the CPU recipe's model faster at the same validation loss
-    (benchmarks/cpu_precision.py and the recipe search of §6.1 measured both); CPUs without it (Colab's free CPU is
-    AVX2 only) emulate bf16, slower than fp32."""
-    if requested == "auto" and device.type == "cpu" and "amx" in cpu_features():
+    CPU with bf16 matrix instructions (AMX, or AVX-512 BF16), where bf16 autocast trains the CPU recipe's model faster
+    at the same validation loss (benchmarks/cpu_precision.py measured 1.24 times on a Xeon with AMX and 1.34 on an AMD
+    EPYC with AVX-512 BF16; the recipe search of §6.1 compared the losses). CPUs with neither (Colab's free CPU is AVX2
+    only) emulate bf16, slower than fp32."""
+    if requested == "auto" and device.type == "cpu" and set(NATIVE_BF16) & set(cpu_features()):
         return "bf16"
     return choose_precision(device, requested)
 
@@ -271,7 +275,7 @@ class RunConfig:
     precision: str = setting(
         "auto",
         "auto: bf16 on GPUs with compute capability 8.0+, fp16 with loss scaling below; on a CPU bf16 where it has "
-        "AMX, else fp32",
+        "AMX or AVX-512 BF16, else fp32",
         choices=("auto", "bf16", "fp16", "fp32"),
     )
     compile: bool = setting(False, "torch.compile the model for training", action="store_true")

@@ -1,6 +1,6 @@
 # Generated from book/12_results.ipynb by `python -m aiayn._export`. Edit the chapter, not this file.
 
-# book/12_results.ipynb: The stored runs
+# book/12_results.ipynb: Where the numbers come from
 """§6.1 results: read the stored runs (the CPU recipe's, and the GPU
 recipe's when a GPU was lent), set them beside the paper, the literature and
 the floor. Reads files only: nothing here trains."""
@@ -54,7 +54,7 @@ STAGE = {  # what the GPU plan writes besides the runs, and in which stage
     "variations": "search", "scaling.json": "search", "recipe.json": "search"}
 
 
-# book/12_results.ipynb: The stored runs
+# book/12_results.ipynb: Where the numbers come from
 def load_json(path) -> dict | None:
     """A JSON file as a dict, or None when the file is not there."""
     path = Path(path)
@@ -116,7 +116,7 @@ def wrap(text: str, width: int = 79) -> str:
     return "\n".join(out)
 
 
-# book/12_results.ipynb: The stored runs
+# book/12_results.ipynb: Where the numbers come from
 def commit_of(provenance: dict) -> str:
     """The commit whose code made a result: ``tree_commit`` where a GPU
     machine ran a copy of the tree whose own git saw another history (its

@@ -3,12 +3,16 @@ alternating in one process, as target tokens per second and their ratio.
 
     python benchmarks/cpu_precision.py                  # writes results/cpu_precision.json (about 2 min, 2 cores)
     python benchmarks/cpu_precision.py --steps 2 --rounds 1 --out /tmp/cpu_precision.json   # a quick check
+    python benchmarks/cpu_precision.py --isa avx2 --out results/cpu_precision_epyc_avx2.json   # as an AVX2-only CPU
 
 bf16 needs AVX512-BF16 or AMX to be fast; without them (Colab's free CPU is AVX2 only) PyTorch emulates it and it is
 slower than fp32. The report names the CPU's features, so the ratio is read with the hardware that made it.
+`--isa avx2` makes PyTorch's own kernels and oneDNN's use AVX2 at most (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), so
+a newer CPU measures what a CPU with AVX2 only, like Colab's free one, would do.
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -20,7 +24,10 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20, help="timed updates per round and precision")
     p.add_argument("--rounds", type=int, default=3, help="alternate the precisions this many times; the best counts")
     p.add_argument("--out", default=str(ROOT / "results" / "cpu_precision.json"))
+    p.add_argument("--isa", choices=("native", "avx2"), default="native", help="the instructions the kernels may use")
     args = p.parse_args()
+    if args.isa == "avx2":  # read when torch loads, so set before it is imported
+        os.environ.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
 
     import torch
 
@@ -78,6 +85,8 @@ def main() -> int:
             "steps": args.steps,
             "rounds": args.rounds,
             "threads": torch.get_num_threads(),
+            "isa": args.isa,
+            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         },
         "results": {"target_tokens_per_s": best, "rounds": rounds},
         "ratio_bf16_over_fp32": ratio,

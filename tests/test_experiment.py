@@ -145,7 +145,8 @@ def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread,
     assert set(metrics["provenance"]["wall_s"]) == {"setup", "train", "average", "decode_and_score", "write", "total"}
     assert metrics["provenance"]["device"].startswith("CPU: ") and "--resume" in metrics["provenance"]["command"]
     assert metrics["provenance"]["cpu_cores"] == os.cpu_count() and metrics["provenance"]["threads"] >= 1
-    precision = "bf16" if "amx" in metrics["provenance"]["cpu_features"] else "fp32"  # experiment.run_precision
+    native = set(experiment.NATIVE_BF16) & set(metrics["provenance"]["cpu_features"])
+    precision = "bf16" if native else "fp32"  # experiment.run_precision
     assert metrics["layers"] == "aiayn" and metrics["processes"] == 1 and metrics["precision"] == precision
     assert metrics["checks"]["source"].keys() == {"nll", "nll_wrong_source", "gain"}
     assert metrics["warnings"] == metrics["checks"]["warnings"] and metrics["warnings"]  # a tiny run: not converged
