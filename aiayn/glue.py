@@ -53,5 +53,9 @@ def setup_page(notebook: str) -> None:
     if run is None:
         return
     glue("run_s", float(round(run["seconds"])), display=False)
-    on = f"{run['cores']} cores of an {run['device']}" if run.get("device") else "a CPU"
-    glue("run_on", on, display=False)
+    glue("run_on", run_on(run), display=False)
+
+
+def run_on(run: dict) -> str:
+    """The machine of a stored run, as a chapter's first lines name it."""
+    return f"{run['cores']} cores of an {run['device']}" if run.get("device") else "a CPU"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn._book import SETUP_CELL
+from aiayn._book import SETUP_CELL, code_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
@@ -93,6 +93,11 @@ def test_stored_outputs_are_clean(path):
         if text(cell).strip():
             assert cell["execution_count"] is not None, f"cell {i} was never run: run `make outputs`"
         assert not any(o["output_type"] == "error" for o in cell["outputs"]), f"cell {i} stored an error"
+    executed = json.loads(path.read_text(encoding="utf-8"))["metadata"].get("aiayn", {}).get("executed", {})
+    assert executed.get("code") == code_digest({"cells": cells(path)}), (
+        f"{path.name}: its code changed since its outputs were stored, and the site shows the stored outputs: run "
+        f"`python -m aiayn._book execute book/{path.name}`"
+    )
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

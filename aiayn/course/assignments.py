@@ -340,6 +340,36 @@ def _detail(text: str) -> str:
     return textwrap.fill(text, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
 
 
+def _cell_lines(nb) -> list[str]:
+    """The report's lines about the cells of one graded notebook: stops, cut output, failed checks and flags."""
+    failed, flags, stopped_at, lines = [], {}, None, []
+    for i, cell in enumerate(nb.cells):
+        meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
+        mine = cell.metadata.get("aiayn", {})
+        for flag in (mine.get("check", {}).get("flags") or []) + (mine.get("flags") or []):
+            flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+        if mine.get("stopped"):
+            lines.append(_detail(f"cell {i} {mine['stopped']}; run again one statement at a time"))
+        if error == "timed out":
+            lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
+        elif error.startswith("stopped: "):
+            lines.append(_detail(error.removeprefix("stopped: ") + "; graded again without it"))
+        elif error.startswith("NotebookTimeLimit") and not stopped_at:
+            stopped_at = i
+            lines.append(_detail(f"cell {i} and the cells after it {error.split(': ', 1)[1]}"))
+        if "[output cut: past the " in text:
+            lines.append(_detail(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}"))
+        if error and not error.startswith("stopped: ") and meta.get("grade"):
+            failed.append((meta["grade_id"], error))
+    if len(failed) > 2 and len({e for _, e in failed}) == 1:
+        lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
+    else:
+        lines += [_detail(f"{key}: {error}") for key, error in failed]
+    lines += [_detail(f"FLAG {flag} ({', '.join(where)}): read this submission") for flag, where in flags.items()]
+    return lines
+
+
 def report(root: Path, assignment: str) -> list[str]:
     """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
     then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
@@ -392,33 +422,7 @@ def report(root: Path, assignment: str) -> list[str]:
                     score = 0.0
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
                 lines += [_detail(note) for note in notes]
-                failed, flags, stopped_at = [], {}, None
-                for i, cell in enumerate(nbformat.read(graded, as_version=4).cells):
-                    meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
-                    mine = cell.metadata.get("aiayn", {})
-                    for flag in (mine.get("check", {}).get("flags") or []) + (mine.get("flags") or []):
-                        flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
-                    text = "".join(o.get("text", "") for o in cell.get("outputs", []))
-                    if mine.get("stopped"):
-                        lines.append(_detail(f"cell {i} {mine['stopped']}; run again one statement at a time"))
-                    if error == "timed out":
-                        lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
-                    elif error.startswith("stopped: "):
-                        lines.append(_detail(error.removeprefix("stopped: ") + "; graded again without it"))
-                    elif error.startswith("NotebookTimeLimit") and not stopped_at:
-                        stopped_at = i
-                        lines.append(_detail(f"cell {i} and the cells after it {error.split(': ', 1)[1]}"))
-                    if "[output cut: past the " in text:
-                        lines.append(_detail(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}"))
-                    if error and not error.startswith("stopped: ") and meta.get("grade"):
-                        failed.append((meta["grade_id"], error))
-                if len(failed) > 2 and len({e for _, e in failed}) == 1:
-                    lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
-                else:
-                    lines += [_detail(f"{key}: {error}") for key, error in failed]
-                lines += [
-                    _detail(f"FLAG {flag} ({', '.join(where)}): read this submission") for flag, where in flags.items()
-                ]
+                lines += _cell_lines(nbformat.read(graded, as_version=4))
                 if score > a.max_score:
                     lines.append(_detail(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed"))
     return lines
