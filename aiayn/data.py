@@ -59,6 +59,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AIAYN_DATA") or Path.home() / ".cache" / "aiayn" / "multi30k")
 
 
+def pretrained_dir() -> Path:
+    """Where downloaded models are kept (aiayn.pretrained): ``$AIAYN_PRETRAINED`` if set, else
+    ``~/.cache/aiayn/pretrained``."""
+    return Path(os.environ.get("AIAYN_PRETRAINED") or Path.home() / ".cache" / "aiayn" / "pretrained")
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

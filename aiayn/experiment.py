@@ -31,8 +31,9 @@ from sacrebleu.metrics import BLEU
 
 from aiayn import bleu, corpus, data, health
 from aiayn.batching import EpochBatches
-from aiayn.decoding import BOS, EOS, average_checkpoints, translate_ids
+from aiayn.decoding import average_checkpoints, translate_ids
 from aiayn.floor import build
+from aiayn.pretrained import attention_maps
 from aiayn.model import PRESETS, TransformerConfig, count_parameters
 from aiayn.provenance import ROOT, cpu_features, cpu_name, provenance
 from aiayn.training import (
@@ -100,48 +101,6 @@ def check_reference_length() -> dict:
     refs = [de for _, de in data.load("test2016", "en", "de")]
     n = sum(len(line.split()) for line in moses_tokenize(refs, "de"))
     return {"test2016_de_tokens": n, "expected": WU_REF_LEN, "ok": n == WU_REF_LEN}
-
-
-@torch.no_grad()
-def attention_maps(model, tokenizer, examples) -> dict:
-    """Encoder self, decoder self and cross attention (layers, h, rows, cols) of each example, float16.
-
-    ``examples`` holds (source ids, output ids, source, hypothesis, reference): the decoder re-reads its own output.
-    """
-    names = {}
-    for i, layer in enumerate(model.encoder.layers):
-        names[layer.self_attn] = ("enc_self", i)
-    for i, layer in enumerate(model.decoder.layers):
-        names[layer.self_attn], names[layer.src_attn] = ("dec_self", i), ("cross", i)
-    seen = {}
-
-    def want_weights(module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    def keep(module, args, output):
-        seen[names[module]] = output[1][0].float().cpu()  # (h, len_q, len_k)
-
-    hooks = [m.register_forward_pre_hook(want_weights, with_kwargs=True) for m in names]
-    hooks += [m.register_forward_hook(keep) for m in names]
-    device = next(model.parameters()).device
-    out = {}
-    model.eval()
-    try:
-        for k, (src, hyp, source, hypothesis, reference) in enumerate(examples):
-            src_ids, tgt_ids = list(src) + [EOS], [BOS] + list(hyp)  # decoder inputs: <s> y_1 ... y_n
-            memory, src_mask = model.encode(torch.tensor([src_ids], device=device))
-            model.decode(torch.tensor([tgt_ids], device=device), memory, src_mask)
-            for kind in ("enc_self", "dec_self", "cross"):
-                stacked = torch.stack([seen[(kind, i)] for i in range(model.config.N)])  # (N, h, rows, cols)
-                out[f"s{k}_{kind}"] = stacked.numpy().astype(np.float16)
-            out[f"s{k}_src_tokens"] = np.array([tokenizer.pieces[i] for i in src_ids])
-            out[f"s{k}_tgt_tokens"] = np.array([tokenizer.pieces[i] for i in tgt_ids])
-            for key, text in (("source", source), ("hypothesis", hypothesis), ("reference", reference)):
-                out[f"s{k}_{key}"] = np.array(text)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return out
 
 
 def run_checks(model, val_batches, val: dict, hypotheses: dict[str, list[str]]) -> dict:

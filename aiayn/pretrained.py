@@ -24,9 +24,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from aiayn import data
+from aiayn.decoding import BOS, EOS
 from aiayn.decoding import translate as _translate
 from aiayn.floor import build
 from aiayn.model import TransformerConfig
@@ -47,8 +49,7 @@ class PretrainedError(RuntimeError):
     """A model that is not shipped, not reachable, or not intact; the message says what to do."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("AIAYN_PRETRAINED") or Path.home() / ".cache" / "aiayn" / "pretrained")
+cache_dir = data.pretrained_dir
 
 
 def registry(path: Path = REGISTRY) -> dict:
@@ -120,7 +121,6 @@ class Pretrained:
         and re-reads its own output: ``enc_self`` (N, h, S, S), ``dec_self`` (N, h, T, T), ``cross`` (N, h, T, S),
         with ``src_tokens`` (the source pieces, </s> last), ``tgt_tokens`` (<s>, then the output) and ``hypothesis``."""
         from aiayn.decoding import translate_ids
-        from aiayn.experiment import attention_maps
 
         if not isinstance(sentence, str) or not sentence.strip():
             raise ValueError("attention takes one non-empty sentence (a str)")
@@ -128,6 +128,48 @@ class Pretrained:
         out = translate_ids(self.model, [src], beam_size, alpha)[0]
         maps = attention_maps(self.model, self.tokenizer, [(src, out, sentence, self.tokenizer.decode(out), "")])
         return {key.removeprefix("s0_"): value for key, value in maps.items()}
+
+
+@torch.no_grad()
+def attention_maps(model, tokenizer, examples) -> dict:
+    """Encoder self, decoder self and cross attention (layers, h, rows, cols) of each example, float16.
+
+    ``examples`` holds (source ids, output ids, source, hypothesis, reference): the decoder re-reads its own output.
+    """
+    names = {}
+    for i, layer in enumerate(model.encoder.layers):
+        names[layer.self_attn] = ("enc_self", i)
+    for i, layer in enumerate(model.decoder.layers):
+        names[layer.self_attn], names[layer.src_attn] = ("dec_self", i), ("cross", i)
+    seen = {}
+
+    def want_weights(module, args, kwargs):
+        return args, {**kwargs, "need_weights": True}
+
+    def keep(module, args, output):
+        seen[names[module]] = output[1][0].float().cpu()  # (h, len_q, len_k)
+
+    hooks = [m.register_forward_pre_hook(want_weights, with_kwargs=True) for m in names]
+    hooks += [m.register_forward_hook(keep) for m in names]
+    device = next(model.parameters()).device
+    out = {}
+    model.eval()
+    try:
+        for k, (src, hyp, source, hypothesis, reference) in enumerate(examples):
+            src_ids, tgt_ids = list(src) + [EOS], [BOS] + list(hyp)  # decoder inputs: <s> y_1 ... y_n
+            memory, src_mask = model.encode(torch.tensor([src_ids], device=device))
+            model.decode(torch.tensor([tgt_ids], device=device), memory, src_mask)
+            for kind in ("enc_self", "dec_self", "cross"):
+                stacked = torch.stack([seen[(kind, i)] for i in range(model.config.N)])  # (N, h, rows, cols)
+                out[f"s{k}_{kind}"] = stacked.numpy().astype(np.float16)
+            out[f"s{k}_src_tokens"] = np.array([tokenizer.pieces[i] for i in src_ids])
+            out[f"s{k}_tgt_tokens"] = np.array([tokenizer.pieces[i] for i in tgt_ids])
+            for key, text in (("source", source), ("hypothesis", hypothesis), ("reference", reference)):
+                out[f"s{k}_{key}"] = np.array(text)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out
 
 
 def load_file(path, device="cpu") -> Pretrained:

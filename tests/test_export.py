@@ -67,6 +67,26 @@ def test_no_function_outside_the_checks_is_longer_than_80_lines():
     assert not long, long
 
 
+MACHINERY = {"experiment", "variations", "launch", "plan", "health", "course"}  # what runs experiments and grades
+READERS = {"pretrained", "data", "corpus", "provenance", "glue"}  # what readers and chapters load, beside the generated
+
+
+def test_what_readers_load_imports_no_machinery():
+    """The chapters' modules and the ones a reader imports (the shipped models, the data, the results pages) load
+    nothing that runs experiments or grades: the attention analysis lives with the model loader, the cache paths with
+    the data."""
+    import subprocess
+    import sys
+
+    package = _export.ROOT / "aiayn"
+    generated = {p.stem for p in package.glob("*.py") if p.read_text().startswith("# Generated from book/")}
+    assert generated, "the chapters' modules start with '# Generated from book/'"
+    imports = "; ".join(f"import aiayn.{name}" for name in sorted(generated | READERS))
+    code = f"import sys; {imports}; print(sorted(m.split('.')[1] for m in sys.modules if m.startswith('aiayn.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert not MACHINERY & set(eval(loaded)), f"{sorted(MACHINERY & set(eval(loaded)))} loaded by {sorted(READERS)}"
+
+
 def test_the_results_pages_import_nothing_that_trains():
     import subprocess
     import sys

@@ -327,10 +327,10 @@ class SandboxKernelManager(AsyncKernelManager):
         return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged()] + cmd
 
     def _view(self, cwd: Path, work: Path, home: Path) -> list[str]:
-        from aiayn import ROOT, data, pretrained
+        from aiayn import ROOT, data
 
         package = Path(kernel.__file__).resolve().parents[1]
-        readable = [Path(sys.base_prefix), Path(sys.prefix), package, data.cache_dir(), pretrained.cache_dir()]
+        readable = [Path(sys.base_prefix), Path(sys.prefix), package, data.cache_dir(), data.pretrained_dir()]
         readable += [ROOT / "results", ROOT / "pretrained"]
         readable = sorted({p.resolve() for p in readable if p.exists()}, key=lambda p: len(str(p)))
         mounts = readable + [self.sandbox_dir, cwd]
@@ -354,7 +354,7 @@ class SandboxKernelManager(AsyncKernelManager):
             "USER": "student",
             "LOGNAME": "student",
         }
-        env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": pretrained.cache_dir().resolve()}
+        env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
