@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ../shared/data/multi30k
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+MODEL := book/_static/model
+FIXTURES := web/test/fixtures/fixtures.json
 
 .PHONY: book test setup data export outputs vendor-vega clean
 
@@ -28,10 +30,25 @@ setup: $(STAMP)
 data: $(STAMP)
 	@if [ -d "$(DATA)" ]; then $(BIN)/python -m aiayn.data prime "$(DATA)"; else $(BIN)/python -m aiayn.data fetch; fi
 
-book: data
+# The page "Try the model": ONNX Runtime Web from npm (package-lock.json), and the shipped models as ONNX graphs with
+# what the page loads, made again when a model, the exporter, the page's scripts or the figures it quotes change.
+# Without npm the page says that its files are missing.
+node_modules/.package-lock.json: package-lock.json
+	@command -v npm >/dev/null || { echo "npm is not installed: the page 'Try the model' will lack its model"; exit 0; }
+	npm ci --no-audit --no-fund
+
+$(MODEL)/manifest.json: $(STAMP) node_modules/.package-lock.json pretrained/en-de.pt pretrained/de-en.pt \
+		aiayn/browser.py $(wildcard web/*.js web/*.css results/browser_*.json)
+	@if [ -d node_modules/onnxruntime-web ]; then $(BIN)/python -m aiayn.browser export --out $(MODEL); fi
+
+# What `node --test web/test/` (run by tests/test_browser.py) compares the page's JavaScript against.
+$(FIXTURES): $(MODEL)/manifest.json
+	@if [ -f $< ]; then $(BIN)/python -m aiayn.browser fixtures --model-dir $(MODEL) --out $(dir $@); fi
+
+book: data $(MODEL)/manifest.json
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
-test: data
+test: data $(FIXTURES)
 	$(BIN)/python -m aiayn._export --check
 	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest -p no:cacheprovider tests book $(NBVAL)
@@ -48,4 +65,4 @@ vendor-vega: $(STAMP)
 	$(BIN)/python -m aiayn._book vendor-vega
 
 clean:
-	rm -rf _build
+	rm -rf _build $(MODEL) $(dir $(FIXTURES))

@@ -23,6 +23,7 @@ The machinery around them is written by hand:
     runs            data (Multi30k), corpus (the encoded cache), experiment (one run of §6.1; RunConfig declares
                     its settings), health (a failed run's signs), variations (Table 3), launch (several runs at
                     once), plan (the GPU stages), provenance, pretrained (shipped models)
+    browser         the "Try the model" page: the shipped models as ONNX graphs, and its parity (web/ holds the page)
     course/         the graded exercises: assignments, checks, grader, kernel (a package of a clone, left out of
                     the installed wheel; no module above imports it)
     site            _book (executes chapters), _export (writes the modules above), glue
