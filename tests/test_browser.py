@@ -3,6 +3,7 @@ headless Chromium, served on 127.0.0.1, translating as Python does and drawing t
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from aiayn import browser
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "book" / "_static" / "model"
 NODE = shutil.which("node")
+FIREFOX = shutil.which("firefox-esr") or shutil.which("firefox")
 FIXTURES = ROOT / "web" / "test" / "fixtures" / "fixtures.json"
 EXPORT = "python -m aiayn.browser export --out book/_static/model (`make test` runs it, after `npm ci`)"
 
@@ -162,6 +164,12 @@ def test_the_page_translates_as_python_and_draws_the_attention(served, python):
             last = page.evaluate("() => ({S: tryModel.last.src.length + 1, T: tryModel.last.hyp.length + 1})")
             c = manifest["models"][name]["config"]
             check_attention(page, last["T"], last["S"], c["N"] * c["h"])
+        # the sentence a reader tries first gives what the book's Python gives, not only the graphs' own search
+        from aiayn import pretrained
+
+        sentence = "A black dog is running through the snow."
+        assert translate(page, sentence, "en-de") == "done"
+        assert page.inner_text(".try-translation") == pretrained.load("en-de").translate(sentence)
         assert requests[loaded:] == [], "the page fetched files after it had loaded"
         assert all(url.startswith("http://127.0.0.1") for url in requests)
         assert page.errors == []
@@ -203,3 +211,29 @@ def test_missing_model_files_and_missing_webassembly_are_said_plainly(served):
         assert page.inner_text(".try-translation")
         inked, drawn = page.eval_on_selector(".try-head", INKED)
         assert inked > 100 and drawn
+
+
+@needs_export
+@pytest.mark.skipif(
+    FIREFOX is None or NODE is None or not (ROOT / "node_modules" / "puppeteer-core").is_dir(),
+    reason="Firefox or puppeteer-core is not installed (Debian: apt-get install firefox-esr; npm ci): the page is "
+    "checked in Chromium only",
+)
+def test_the_page_translates_in_firefox_too(served, python):
+    from aiayn import pretrained
+
+    sentences = {"en-de": "A black dog is running through the snow.", "de-en": "Zwei Kinder spielen im Sand."}
+    run = subprocess.run(
+        [NODE, str(ROOT / "web" / "firefox" / "translate.mjs"), served, *(f"{d}={t}" for d, t in sentences.items())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FIREFOX": FIREFOX},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["errors"] == [] and len(report["results"]) == len(sentences), report
+    for r in report["results"]:
+        assert r["translation"] == python(r["text"], r["direction"])["translation"], r
+        assert r["drawn"] and r["thumbs"] > 0, r
+    assert report["results"][0]["translation"] == pretrained.load("en-de").translate(sentences["en-de"])
