@@ -76,10 +76,8 @@ def code_digest(nb) -> str:
     recorded when they were made, and a chapter whose code changed since asks for `make outputs`."""
     import hashlib
 
-    cells = nb["cells"] if isinstance(nb, dict) else nb.cells
-    code = [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in cells]
-    kinds = [c["cell_type"] for c in cells]
-    return hashlib.sha256("\0".join(s for s, k in zip(code, kinds) if k == "code").encode()).hexdigest()[:16]
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]  # a str, or its lines on disk
+    return hashlib.sha256("\0".join(code).encode()).hexdigest()[:16]
 
 
 def run_record(seconds: float) -> dict:

@@ -49,9 +49,6 @@ class PretrainedError(RuntimeError):
     """A model that is not shipped, not reachable, or not intact; the message says what to do."""
 
 
-cache_dir = data.pretrained_dir
-
-
 def registry(path: Path = REGISTRY) -> dict:
     """The shipped models: name -> {"file", "sha256", "bytes", "direction", "bleu", ...}."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -90,7 +87,7 @@ def locate(
             )
         raise PretrainedError(f"unknown model {name!r}; the shipped ones are {', '.join(sorted(known))}")
     entry = known[name]
-    cache = Path(cache or cache_dir())
+    cache = Path(cache or data.pretrained_dir())
     for candidate in (Path(folder) / entry["file"], Path(registry_path).parent / entry["file"], cache / entry["file"]):
         if candidate.is_file():
             if data.sha256(candidate) == entry["sha256"]:

@@ -11,6 +11,7 @@ builds the site is.
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from _common import ROOT, write
 
@@ -46,7 +47,7 @@ def main() -> int:
         "results": {"seconds": min(seconds), "rounds": seconds, "updates": updates, "val_loss": val_loss},
         "cpu_features": cpu_features(),
     }
-    write(__import__("pathlib").Path(args.out), report, torch.device("cpu"))
+    write(Path(args.out), report, torch.device("cpu"))
     return 0
 
 

@@ -71,26 +71,26 @@ MACHINERY = {"experiment", "variations", "launch", "plan", "health", "course"}  
 READERS = {"pretrained", "data", "corpus", "provenance", "glue"}  # what readers and chapters load, beside the generated
 
 
+def loaded_by(modules) -> set[str]:
+    """The package's modules that importing ``modules`` (names in aiayn) loads, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    imports = "; ".join(f"import aiayn.{name}" for name in sorted(modules))
+    code = f"import sys, json; {imports}; print(json.dumps([m for m in sys.modules if m.startswith('aiayn.')]))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {m.split(".")[1] for m in json.loads(loaded)}
+
+
 def test_what_readers_load_imports_no_machinery():
     """The chapters' modules and the ones a reader imports (the shipped models, the data, the results pages) load
     nothing that runs experiments or grades: the attention analysis lives with the model loader, the cache paths with
     the data."""
-    import subprocess
-    import sys
-
-    package = _export.ROOT / "aiayn"
-    generated = {p.stem for p in package.glob("*.py") if p.read_text().startswith("# Generated from book/")}
+    generated = {p.stem for p in _export.PACKAGE.glob("*.py") if p.read_text().startswith("# Generated from book/")}
     assert generated, "the chapters' modules start with '# Generated from book/'"
-    imports = "; ".join(f"import aiayn.{name}" for name in sorted(generated | READERS))
-    code = f"import sys; {imports}; print(sorted(m.split('.')[1] for m in sys.modules if m.startswith('aiayn.')))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert not MACHINERY & set(eval(loaded)), f"{sorted(MACHINERY & set(eval(loaded)))} loaded by {sorted(READERS)}"
+    found = MACHINERY & loaded_by(generated | READERS)
+    assert not found, f"{sorted(found)} loaded by the chapters' modules or {sorted(READERS)}"
 
 
 def test_the_results_pages_import_nothing_that_trains():
-    import subprocess
-    import sys
-
-    code = "import sys, aiayn.results, aiayn.glue; print(sorted(m for m in sys.modules if m.startswith('aiayn.')))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert not {"aiayn.training", "aiayn.experiment", "aiayn.plan", "aiayn.variations"} & set(eval(loaded))
+    assert not {"training", "experiment", "plan", "variations"} & loaded_by({"results", "glue"})

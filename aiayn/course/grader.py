@@ -432,7 +432,7 @@ class Execute(nbgrader.preprocessors.Execute):
         the released cells, whose solutions are cleared)."""
         from nbgrader.coursedir import CourseDirectory
 
-        from aiayn.course.assignments import has_solution
+        from aiayn.course.assignments import BEGIN, END, has_solution
 
         info = (resources or {}).get("nbgrader", {})
         if "assignment" not in info:
@@ -443,12 +443,7 @@ class Execute(nbgrader.preprocessors.Execute):
         except (OSError, ValueError):
             return []
         cells = [c.source for c in nb.cells if c.cell_type == "code" and has_solution(c.source)]
-        return [
-            "\n".join(
-                line for line in src.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
-            )
-            for src in cells
-        ]
+        return ["\n".join(line for line in src.splitlines() if line.strip() not in (BEGIN, END)) for src in cells]
 
     def _get_timeout(self, cell):
         timeout = self._call_timeout or super()._get_timeout(cell) or self.notebook_seconds
