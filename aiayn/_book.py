@@ -6,6 +6,8 @@
 
 Stored outputs serve readers on GitHub and Colab, and nbval compares the cells tagged
 ``nbval-check-output`` against them.
+
+Not about the paper: a tool of the book's build. The chapters' code lives in book/ and the modules they write.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def run_record(seconds: float) -> dict:
 
     import torch
 
-    from aiayn.provenance import cpu_name
+    from aiayn.runs.provenance import cpu_name
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {

@@ -7,6 +7,8 @@ comments, so that the reader's code shows only the idea; the site labels the exp
 
     python -m aiayn._export           # regenerate the package from book/*.ipynb
     python -m aiayn._export --check   # exit 1 if the package differs from the chapters
+
+Not about the paper: a tool of the book's build. What it copies is the chapters' code (book/), the one source of truth.
 """
 
 from __future__ import annotations

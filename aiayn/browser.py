@@ -18,6 +18,9 @@ both. The attention maps of a translation are the step's weights, replayed over 
 int8 (one scale per output unit), which ONNX Runtime turns back into fp32 when a session loads.
 
 One sentence per run: no source padding, so no source mask (the page translates what the reader types).
+
+Not about the paper: it exports the shipped models (aiayn.pretrained) as they are. The beam search that web/ rewrites in
+JavaScript is §6.1's (aiayn.decoding, chapter 11), against which its parity is measured.
 """
 
 from __future__ import annotations
@@ -928,7 +931,7 @@ def cached_or_recomputed(name: str, ids: list, folder: Path) -> dict:
 
 def _compare(hyps: list, reference: list, refs: list, lang: str, seconds: float, label: str) -> dict:
     """How many of ``hyps`` equal pretrained.translate's ``reference``, the BLEU of hyps, and the first that differ."""
-    from aiayn.experiment import score
+    from aiayn.runs.scoring import score
 
     same = sum(a == b for a, b in zip(hyps, reference))
     return {
@@ -944,7 +947,7 @@ def parity_direction(name: str, folders: dict, limit: int | None, js: bool, timi
     """Test 2016 in one direction: pretrained.translate, then the exports in ``folders`` (precision -> folder) with
     ONNX Runtime in Python and, if ``js``, in the page in Chromium."""
     from aiayn import data, pretrained
-    from aiayn.experiment import score
+    from aiayn.runs.scoring import score
 
     shipped = pretrained.load(name)
     src_lang, tgt_lang = shipped.direction.split("-")
@@ -1030,7 +1033,7 @@ def _bleu(s: dict) -> dict:
 def write(path: Path, report: dict, argv, wall_s: float) -> None:
     """benchmarks/_common.write's record: the report with its provenance (device, versions, commit, command) and
     the run's wall time."""
-    from aiayn.provenance import provenance
+    from aiayn.runs.provenance import provenance
 
     report["provenance"] = provenance(
         " ".join(map(shlex.quote, ["python", "-m", "aiayn.browser", *argv])), torch.device("cpu")

@@ -12,6 +12,9 @@ With the words file present, a tokenizer of any size is learned and applied with
 
     python -m aiayn.corpus prepare --bpe-size 8000 1000   # write the words (needs spaCy, once) and two encodings
     python -m aiayn.corpus info                           # what the cache holds
+
+Not about §5.1 itself: the tokenizer is chapter 9's (aiayn.tokenization). This module only keeps what it makes, once, in
+a cache.
 """
 
 from __future__ import annotations

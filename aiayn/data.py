@@ -5,6 +5,9 @@ SHA256 sums, and kept in a cache folder: ``$AIAYN_DATA`` if set, else ``~/.cache
 
     python -m aiayn.data prime DIR   # fill the cache from a folder holding the .gz files (offline)
     python -m aiayn.data fetch       # download every file into the cache and verify it
+
+Not about §5.1 itself: the tokenizer and the batches are chapter 9's (aiayn.tokenization, aiayn.batching). This module
+only fetches, checks and reads the files.
 """
 
 from __future__ import annotations

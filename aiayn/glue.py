@@ -1,6 +1,9 @@
 """Numbers in the book's prose come from the code: myst-nb's ``glue`` stores a value under a name, and the text shows
 it with ``{glue:text}`name:format```. In Colab and plain Jupyter, where myst-nb is not installed, ``glue`` only
-shows the value (when asked to), so every chapter runs there unchanged."""
+shows the value (when asked to), so every chapter runs there unchanged.
+
+Not about the paper: a tool that puts measured numbers into the chapters' prose.
+"""
 
 try:
     from myst_nb import glue

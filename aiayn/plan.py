@@ -13,12 +13,14 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan rehearse --out DIR            # all of it, tiny, on the CPU; then the chapters
     python -m aiayn.plan pack DIR --into OUT           # DIR as tar.gz parts of at most 15 MB (what a GPU call returns)
     python -m aiayn.plan install PARTS_OR_DIR          # a GPU run's results into results/ and pretrained/
+
+Not about the paper: it schedules runs of aiayn.experiment and aiayn.variations. The model, its training and the recipes
+live in the chapters' modules (aiayn.model, aiayn.training).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -30,8 +32,9 @@ from pathlib import Path
 
 import torch
 
-from aiayn import corpus, experiment, launch, variations
-from aiayn.provenance import ROOT
+from aiayn import ROOT, corpus, variations
+from aiayn.runs import config as run_config
+from aiayn.runs import launch
 
 STAGES = ("search", "final", "speed")
 FINAL_RUNS = {
@@ -206,8 +209,8 @@ def scaling(profile: dict, out: Path, scratch: Path) -> dict:
     report = {"budget_s": p["budget"], "results": []}
     for k in p["concurrency"]:
         runs = {
-            f"k{k}-{i}": experiment.to_argv(
-                experiment.RunConfig(
+            f"k{k}-{i}": run_config.to_argv(
+                run_config.RunConfig().replace(
                     direction="en-de",
                     out=str(out / "scaling" / f"k{k}-{i}"),
                     ckpt_dir=str(scratch / "scaling" / f"k{k}-{i}"),
@@ -239,7 +242,7 @@ def scaling(profile: dict, out: Path, scratch: Path) -> dict:
 
 
 def _provenance(stage: str) -> dict:
-    from aiayn.provenance import provenance
+    from aiayn.runs.provenance import provenance
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return provenance(f"python -m aiayn.plan run {stage}", device)
@@ -293,16 +296,16 @@ def _flags(settings: dict) -> list[str]:
     return argv
 
 
-def recipe_config(recipe: dict | None, settings: dict) -> experiment.RunConfig:
+def recipe_config(recipe: dict | None, settings: dict) -> run_config.RunConfig:
     """The final runs' settings (direction and folders still to be given): the profile's, then the chosen row's
     model changes and experiment options."""
     given = {k: v for k, v in settings.items() if k != "set"}
-    config = dataclasses.replace(experiment.recipe_config(settings.get("recipe")), **given)
+    config = run_config.recipe_config(settings.get("recipe")).replace(**given)
     changes = dict(pair.partition("=")[::2] for pair in settings.get("set", []))
     if recipe:
         changes.update(recipe["changes"])
-        config = dataclasses.replace(config, **recipe["options"])
-    config.set = experiment.merge_set(config.set, changes)
+        config = config.replace(**recipe["options"])
+    config.set = run_config.merge_set(config.set, changes)
     return config
 
 
@@ -324,9 +327,8 @@ def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> 
         }
     )
     runs = {
-        name: experiment.to_argv(
-            dataclasses.replace(
-                common,
+        name: run_config.to_argv(
+            common.replace(
                 direction=direction,
                 layers=layers,
                 out=str(out / name),

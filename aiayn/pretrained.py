@@ -12,6 +12,9 @@ is in neither (as in Colab). Every file is checked against its SHA256 before it 
 
     python -m aiayn.pretrained list
     python -m aiayn.pretrained export --name en-de --ckpt-dir checkpoints/experiment/en-de --results results/en-de
+
+Not about the model or decoding: those are aiayn.model (chapter 7) and aiayn.decoding (chapter 11). This module only
+finds, checks and loads the shipped weights into them.
 """
 
 from __future__ import annotations
@@ -203,7 +206,7 @@ def export(
 ) -> dict:
     """Write a run's averaged model as folder/<name>.pt (fp16) and list it with its SHA256 in the registry.
 
-    A run with warnings (aiayn.health) is refused unless ``allow_failed`` (a rehearsal of the plumbing with tiny
+    A run with warnings (aiayn.runs.health) is refused unless ``allow_failed`` (a rehearsal of the plumbing with tiny
     models, which never converge)."""
     ckpt_dir, results = Path(ckpt_dir), Path(results)
     averaged = torch.load(ckpt_dir / "averaged.pt", map_location="cpu", weights_only=True)

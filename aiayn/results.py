@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import sacrebleu
 
-from aiayn.provenance import ROOT
+from aiayn import ROOT
 
 # a clone's results/; set AIAYN_RESULTS to read them from elsewhere
 RESULTS = Path(os.environ.get("AIAYN_RESULTS", ROOT / "results"))
@@ -28,6 +28,11 @@ CPU = "python -m aiayn.experiment --recipe cpu"
 RUNS = {  # stored run -> (whose layers, the command that writes it)
     "cpu-en-de": ("ours", f"{CPU} --direction en-de --out results/cpu-en-de"),
     "cpu-de-en": ("ours", f"{CPU} --direction de-en --out results/cpu-de-en"),
+    # ten minutes for the whole command (val and test 2016 only)
+    **{f"cpu-fast-{d}": ("ours", f"python -m aiayn.experiment --recipe "
+                                 f"cpu-fast --direction {d} --out "
+                                 f"results/cpu-fast-{d}")
+       for d in DIRECTIONS},
     # the floor trains for as many updates as cpu-en-de did (its metrics.json
     # says how many): the same schedule, whatever else shares the machine
     "cpu-floor-en-de": ("floor", f"{CPU} --direction en-de --layers torch "
@@ -44,6 +49,7 @@ RUNS = {  # stored run -> (whose layers, the command that writes it)
        for floor in ("", "floor-") for d in DIRECTIONS}}
 GPU_RUNS = tuple(name for name in RUNS if name.startswith("gpu-"))
 SEARCH = "cpu-search"  # the runs that chose the CPU recipe, on val only
+FAST_SEARCH = "cpu-fast-search"  # the runs that chose cpu-fast, on val only
 GPU_SEARCH = "gpu-search"  # the runs that chose the GPU recipe, on val only
 SEEDS = "gpu-seeds"  # seeds 1 and 2 of the GPU recipe (val and test 2016)
 STAGE = {  # what the GPU plan writes besides the runs, and in which stage
@@ -267,7 +273,7 @@ def plot_bleu(table: pd.DataFrame, ours: list[str]):
 # book/12_results.ipynb: Did the runs work?
 def checks_table(runs: dict[str, dict], labels: dict[str, str]
                  ) -> pd.DataFrame:
-    """The signs of a failed run (aiayn.health), run by run: how alike the
+    """The signs of a failed run (aiayn.runs.health), run by run: how alike the
     test 2016 outputs are and what the source is worth on validation."""
     rows = {}
     for name, run in runs.items():

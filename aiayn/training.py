@@ -34,6 +34,66 @@ def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+# book/10_training.ipynb: Post-LN and the learning rate at small batches
+# The book's named recipes (python -m aiayn.experiment --recipe NAME): short
+# sets of overrides of the run's settings; "set" changes the multi30k model.
+# Beside each value, the measurement that chose it (results/, §6.1, §5.3).
+RECIPES = {
+    "cpu": {  # about 30 minutes on 2 CPU cores
+        # the tutorial anchor's size and dropout; Table 3's rows on the CPU
+        # measure them since (results/cpu-variations, §6.2)
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.1},
+        "bpe_size": 8000,  # set, not searched
+        "max_tokens": 4096,  # results/cpu-variations, R-tokens rows (§5.3)
+        "epochs": 16,  # the time budget ends training first
+        "warmup": 400,  # results/cpu-variations, R-warmup rows (§5.3)
+        "factor": 0.64,  # results/cpu-search, the best peak (§6.1)
+        "clip_norm": 1.0,  # a guard against one bad update; not searched
+        "average_last": 5,  # set, not searched
+        "time_budget": 1800.0,  # half an hour, the CPU budget
+        "eval_reserve": 240.0,  # decoding and scoring the five splits
+    },
+    # ten minutes on 2 CPU cores for the whole command, test 2016 and val
+    # scored; each change measured on validation in results/cpu-fast-search
+    # (§6.1), where the CPU recipe with a higher peak failed its checks
+    "cpu-fast": {
+        # two layers and no dropout: ahead of three layers, and of dropout
+        # 0.1, in ten minutes (Table 3's rows C and D say so at short budgets)
+        "set": {"N": 2, "d_ff": 512, "h": 8, "P_drop": 0.0},
+        # a little ahead of 8,000, within the spread of seeds: a smaller
+        # softmax, so more updates in the same time
+        "bpe_size": 4000,
+        # level with 4,096 in ten minutes, within the spread of seeds in
+        # results/cpu-variations; the search's later runs kept it
+        "max_tokens": 2048,
+        "epochs": 16,  # the time budget ends training first
+        "warmup": 400,  # the CPU recipe's schedule
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 5,
+        "save_every": 100,  # checkpoints to average in a short run
+        "time_budget": 600.0,
+        "eval_reserve": 80.0,
+        "splits": ["val", "test2016"],
+    },
+    # the CPU recipe's model with more dropout and twice the batch, trained
+    # for as long as one GPU call allows: ahead of 8 settings on validation
+    # (results/gpu-search, §6.1)
+    "gpu": {
+        "set": {"N": 3, "d_ff": 512, "h": 8, "P_drop": 0.2},
+        "bpe_size": 8000,
+        "max_tokens": 8192,
+        "epochs": 500,
+        "warmup": 400,
+        "factor": 0.64,
+        "clip_norm": 1.0,
+        "average_last": 10,
+        "time_budget": 520.0,
+        "eval_reserve": 100.0,
+    },
+}
+
+
 # book/10_training.ipynb: The optimizer, and one schedule step per update
 def make_optimizer(
     model: nn.Module,
@@ -399,19 +459,39 @@ def train(
 
 
 # book/10_training.ipynb: The loop
+@dataclass
+class Progress:
+    """Where a run stands, as each checkpoint stores it: the epoch and the
+    next batch in it, optimizer updates and target tokens so far, the best
+    validation loss and the epochs since, why it stopped, and the history
+    (per update: step, loss, lr, epoch; per epoch: val_loss, val_ppl)."""
+
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+    tokens: float = 0.0
+    best: float = math.inf
+    bad_epochs: int = 0
+    early_stopped: bool = False
+    stopped_by: str | None = None
+    history: dict = dataclasses.field(default_factory=lambda: {
+        "step": [], "loss": [], "lr": [], "epoch": [], "val_loss": [],
+        "val_ppl": []})
+
+
 def _finite(model: nn.Module) -> bool:
     finite = [p.detach().isfinite().all() for p in model.parameters()]
     return bool(torch.stack(finite).all())
 
 
-def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict,
+def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: Progress,
           cfg: TrainConfig) -> None:
     """Every rank hands in its RNG state; rank 0 writes the checkpoint and
     keeps the last cfg.keep_last."""
     rank, size = world()
     if not _finite(model):
         raise FloatingPointError(
-            f"the weights are not finite at update {progress['step']}; "
+            f"the weights are not finite at update {progress.step}; "
             f"nothing was saved, and the checkpoints in {ckpt_dir} still "
             "hold finite weights"
         )
@@ -421,7 +501,7 @@ def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict,
         dist.all_gather_object(rngs, rng_state())
     if rank == 0:
         save_checkpoint(
-            Path(ckpt_dir) / f"step_{progress['step']:08d}.pt",
+            Path(ckpt_dir) / f"step_{progress.step:08d}.pt",
             {
                 "model_config": dataclasses.asdict(model.config),
                 "train_config": dataclasses.asdict(cfg),
@@ -431,7 +511,7 @@ def _save(ckpt_dir, model, optimizer, scheduler, scaler, progress: dict,
                 "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict(),
                 "rng": rngs,
-                "progress": progress,
+                "progress": dataclasses.asdict(progress),
             },
         )
         for old in checkpoints(ckpt_dir)[: -cfg.keep_last]:
@@ -493,29 +573,24 @@ class Run:
         self.scaler = make_scaler(self.precision, self.device)
         random.seed(cfg.seed + self.rank)
         torch.manual_seed(cfg.seed + self.rank)  # ranks draw different masks
-        self.progress = {
-            "epoch": 0, "batch": 0, "step": 0, "tokens": 0, "best": math.inf,
-            "bad_epochs": 0, "early_stopped": False,
-            "history": {"step": [], "loss": [], "lr": [], "epoch": [],
-                        "val_loss": [], "val_ppl": []},
-        }
+        self.progress = Progress()
         if resume:
             self.restore(resume)
-        self.history = self.progress["history"]
+        self.history = self.progress.history
         self.ddp = (nn.parallel.DistributedDataParallel(model)
                     if self.size > 1 else model)
         # the model that steps: wrapped for several processes, compiled
         self.net = torch.compile(self.ddp) if cfg.compile else self.ddp
         # losses of updates not yet read back; the last update checked
-        self.pending, self.checked = [], self.progress["step"]
+        self.pending, self.checked = [], self.progress.step
         self.started = time.perf_counter()
         p = self.progress
-        self.stopped_by = ("patience" if p["early_stopped"] else
-                           "epochs" if p["epoch"] >= cfg.epochs else
+        self.stopped_by = ("patience" if p.early_stopped else
+                           "epochs" if p.epoch >= cfg.epochs else
                            self.limit())
         if (resume and self.stopped_by in ("patience", "epochs", "max_updates")
                 and cfg.log and self.rank == 0):
-            print(f"the run is finished ({p['step']} updates, {p['epoch']} "
+            print(f"the run is finished ({p.step} updates, {p.epoch} "
                   "epochs): nothing to train")
 
     def restore(self, resume: bool | str | Path) -> None:
@@ -531,19 +606,19 @@ class Run:
             getattr(self, name).load_state_dict(ckpt[name])
         rngs = ckpt["rng"]
         set_rng_state(rngs[self.rank] if len(rngs) == self.size else rngs[0])
-        self.progress = ckpt["progress"]
+        self.progress = Progress(**ckpt["progress"])
 
     def epoch(self, train_batches: Batches) -> tuple[list, Iterable[int]]:
         """This process's micro-batches of the epoch, and the index of each
         update's first micro-batch (from where an interrupted epoch
         stopped), with a progress bar."""
         p = self.progress
-        micro = _epoch_batches(train_batches, p["epoch"], self.rank,
+        micro = _epoch_batches(train_batches, p.epoch, self.rank,
                                self.size)
         self.model.train()
         self.t0, self.seen = time.perf_counter(), 0
-        self.bar = tqdm(range(p["batch"], len(micro), self.cfg.accum),
-                        desc=f"epoch {p['epoch'] + 1}", mininterval=1.0,
+        self.bar = tqdm(range(p.batch, len(micro), self.cfg.accum),
+                        desc=f"epoch {p.epoch + 1}", mininterval=1.0,
                         disable=not self.cfg.progress or self.rank > 0,
                         file=sys.stdout)
         return micro, self.bar
@@ -579,14 +654,14 @@ class Run:
             dist.all_reduce(total)
         p, h, cfg = self.progress, self.history, self.cfg
         self.pending.append(total / tokens)
-        p["step"] += 1
-        p["batch"] = next_batch
-        p["tokens"] += tokens
+        p.step += 1
+        p.batch = next_batch
+        p.tokens += tokens
         self.seen += tokens
-        h["step"].append(p["step"])
+        h["step"].append(p.step)
         h["lr"].append(lr)
-        h["epoch"].append(p["epoch"] + 1)
-        if p["step"] % cfg.log_every == 0:
+        h["epoch"].append(p.epoch + 1)
+        if p.step % cfg.log_every == 0:
             self.read()
             tok_s = self.seen / (time.perf_counter() - self.t0)
             self.bar.set_postfix(loss=f"{h['loss'][-1]:.3f}",
@@ -594,7 +669,7 @@ class Run:
                                  refresh=False)
         self.stopped_by = self.limit()
         if not self.stopped_by and cfg.save_every and (
-                p["step"] % cfg.save_every == 0):
+                p.step % cfg.save_every == 0):
             self.save()
         return self.stopped_by is not None
 
@@ -602,7 +677,7 @@ class Run:
         """Which limit ends the run now, if any; under DDP every rank must
         agree, so rank 0's clock decides."""
         cfg = self.cfg
-        if cfg.max_updates and self.progress["step"] >= cfg.max_updates:
+        if cfg.max_updates and self.progress.step >= cfg.max_updates:
             return "max_updates"
         if cfg.max_seconds is None:
             return None
@@ -620,14 +695,14 @@ class Run:
             self.pending.clear()
         p = self.progress
         if self.scaler.get_scale() < 1.0:
-            raise _nonfinite(self.checked, p["step"], p["epoch"],
+            raise _nonfinite(self.checked, p.step, p.epoch,
                              self.cfg.ckpt_dir)
-        self.checked = p["step"]
+        self.checked = p.step
 
     def save(self) -> None:
         """A checkpoint, after a read: never one after a skipped update."""
         self.read()
-        self.progress["stopped_by"] = self.stopped_by
+        self.progress.stopped_by = self.stopped_by
         if self.cfg.ckpt_dir:
             _save(self.cfg.ckpt_dir, self.model, self.optimizer,
                   self.scheduler, self.scaler, self.progress, self.cfg)
@@ -641,18 +716,18 @@ class Run:
         log = cfg.log and self.rank == 0
         if self.stopped_by:  # a limit, mid-epoch
             if log:
-                print(f"stopped after {p['step']} updates ({self.stopped_by}),"
+                print(f"stopped after {p.step} updates ({self.stopped_by}),"
                       f" train loss {h['loss'][-1]:.3f}")
             self.save()
             return
-        p["epoch"] += 1
-        p["batch"] = 0
+        p.epoch += 1
+        p.batch = 0
         epoch_s = time.perf_counter() - self.t0
-        line = (f"epoch {p['epoch']}/{cfg.epochs}: updates {p['step']}, "
+        line = (f"epoch {p.epoch}/{cfg.epochs}: updates {p.step}, "
                 f"train loss {h['loss'][-1]:.3f}")
         timing = f"\n  {epoch_s:.0f} s"
-        if p["epoch"] < cfg.epochs:  # a watcher wants the ETA
-            left = epoch_s * (cfg.epochs - p["epoch"])
+        if p.epoch < cfg.epochs:  # a watcher wants the ETA
+            left = epoch_s * (cfg.epochs - p.epoch)
             if cfg.max_seconds is not None:  # the time limit may come first
                 left = min(left, cfg.max_seconds
                            - (time.perf_counter() - self.started))
@@ -663,16 +738,16 @@ class Run:
             h["val_loss"].append(val["loss"])
             h["val_ppl"].append(val["ppl"])
             line += f", val loss {val['loss']:.3f}, val ppl {val['ppl']:.2f}"
-            if val["loss"] < p["best"]:
-                p["best"], p["bad_epochs"] = val["loss"], 0
+            if val["loss"] < p.best:
+                p.best, p.bad_epochs = val["loss"], 0
             else:
-                p["bad_epochs"] += 1
-            if cfg.patience is not None and p["bad_epochs"] >= cfg.patience:
-                p["early_stopped"] = True
+                p.bad_epochs += 1
+            if cfg.patience is not None and p.bad_epochs >= cfg.patience:
+                p.early_stopped = True
                 line += (f"; no better validation loss for {cfg.patience} "
                          "epochs: stopping early")
-        self.stopped_by = ("patience" if p["early_stopped"] else
-                           "epochs" if p["epoch"] >= cfg.epochs else None)
+        self.stopped_by = ("patience" if p.early_stopped else
+                           "epochs" if p.epoch >= cfg.epochs else None)
         if log:
             print(line + timing, flush=True)
         self.save()

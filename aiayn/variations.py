@@ -7,12 +7,14 @@ Each run is its own process (`python -m aiayn.experiment`), so several can share
 at once. Besides the paper's rows (A)-(E), family R varies what the paper fixes but small data needs tuned: the BPE
 size, the batch size, the learning-rate factor, dropout and checkpoint averaging. The final recipe is chosen from
 these on validation BLEU alone (`best_row`).
+
+Not about the model: a row's changes are TransformerConfig fields (aiayn.model, chapter 7), and §6.2's chapter
+(book/13_variations.ipynb) reads what the runs write.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import shutil
@@ -22,10 +24,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiayn import corpus, experiment, launch
+from aiayn import ROOT, corpus
 from aiayn.model import PRESETS, TransformerConfig, parameter_count
+from aiayn.runs import config as run_config
+from aiayn.runs import launch
+from aiayn.training import RECIPES
 
-ROOT = experiment.ROOT
 BASE = "multi30k"
 # the experiment's options that a call of variations passes on to every run (RunConfig declares them)
 PASSED = (
@@ -240,8 +244,8 @@ def rows_of(base: str) -> tuple[list[Row], dict[str, Row]]:
 
 def base_config(base_set: list[str] | None = None, base: str = BASE) -> TransformerConfig:
     """The `multi30k` preset, or the CPU recipe's model (base="cpu"), with the --base-set changes."""
-    recipe = experiment.RECIPES[base]["set"] if base in experiment.RECIPES else {}
-    return PRESETS[BASE].replace(**recipe, **experiment.model_overrides(base_set or []))
+    recipe = RECIPES[base]["set"] if base in RECIPES else {}
+    return PRESETS[BASE].replace(**recipe, **run_config.model_overrides(base_set or []))
 
 
 def config(row: Row, base_set: list[str] | None = None, base: str = BASE) -> TransformerConfig:
@@ -408,26 +412,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--direction", choices=("en-de", "de-en"), default="en-de")
     p.add_argument("--average-last", type=int, default=1, help="the paper's Table 3 uses no checkpoint averaging")
     p.add_argument("--eval-reserve", type=float, default=25.0, help="seconds of each budget kept for scoring val")
-    fields = {f.name: f for f in dataclasses.fields(experiment.RunConfig)}
+    options = dict(run_config.options())
     for name in PASSED:  # the experiment's own options, declared there once
-        options = {k: v for k, v in fields[name].metadata.items() if k in ("type", "choices")}
+        kinds = {k: v for k, v in options[name].items() if k in ("type", "choices")}
         p.add_argument(
             "--" + name.replace("_", "-"),
             default=None,
-            help=f"{fields[name].metadata['help']} (passed to aiayn.experiment)",
-            **options,
+            help=f"{options[name]['help']} (passed to aiayn.experiment)",
+            **kinds,
         )
     return p.parse_args(argv)
 
 
 def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ckpt: Path) -> list[str]:
     """The aiayn.experiment command line of one (row, seed) run: the row's changes and options over the base."""
-    changes = {**experiment.model_overrides(args.base_set), **row.changes}
+    changes = {**run_config.model_overrides(args.base_set), **row.changes}
     recipe = args.base if args.base != BASE else None
-    config = experiment.recipe_config(recipe)
+    config = run_config.recipe_config(recipe)
     given = {name: getattr(args, name) for name in PASSED if getattr(args, name) is not None}
-    config = dataclasses.replace(
-        config,
+    config = config.replace(
         direction=args.direction,
         out=str(out),
         ckpt_dir=str(ckpt),
@@ -439,8 +442,8 @@ def experiment_argv(args: argparse.Namespace, row: Row, seed: int, out: Path, ck
         average_last=args.average_last,
         **{**given, **row.options},
     )
-    config.set = experiment.merge_set(config.set, changes)
-    return experiment.to_argv(config)
+    config.set = run_config.merge_set(config.set, changes)
+    return run_config.to_argv(config)
 
 
 def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
@@ -479,7 +482,7 @@ def run(args: argparse.Namespace, argv: list[str], started: float) -> int:
             f"larger --parallel, and run the rest in another call: finished runs are skipped"
         )
     command = " ".join(["python -m aiayn.variations", *argv])
-    bpe_size = args.bpe_size or experiment.RunConfig.bpe_size
+    bpe_size = args.bpe_size or run_config.RunConfig().bpe_size
     for size in dict.fromkeys(row.options.get("bpe_size", bpe_size) for row, _ in todo):
         corpus.encoded(size)  # made here once, before the runs read it side by side
     failures = []
@@ -549,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return run(args, argv, time.perf_counter())
-    except (VariationsError, experiment.ExperimentError) as err:
+    except (VariationsError, run_config.ExperimentError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

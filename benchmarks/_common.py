@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aiayn.provenance import provenance  # noqa: E402  (needs torch alone, so the benchmarks run without spaCy)
+from aiayn.runs.provenance import provenance  # noqa: E402  (needs torch alone, so the benchmarks run without spaCy)
 
 
 def output_path(out: str | None, name: str, device, quick: bool) -> Path:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from aiayn import browser, data  # noqa: E402
-from aiayn.provenance import provenance  # noqa: E402
+from aiayn.runs.provenance import provenance  # noqa: E402
 
 WORDS = 15  # the goal: a first translation of a 15-word sentence within 2 s of the model being loaded
 FETCHED = "() => performance.getEntriesByType('resource').reduce((n, e) => n + e.encodedBodySize, 0)"

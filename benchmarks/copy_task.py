@@ -25,7 +25,7 @@ def main() -> int:
     import torch
 
     from aiayn.model import TransformerConfig, make_model
-    from aiayn.provenance import cpu_features
+    from aiayn.runs.provenance import cpu_features
     from aiayn.training import COPY_MODEL, COPY_TRAIN, TrainConfig, copy_task_data, train
 
     train_data, val_data = copy_task_data()

@@ -33,11 +33,10 @@ def main() -> int:
 
     from aiayn import corpus
     from aiayn.batching import EpochBatches
-    from aiayn.experiment import RECIPES
     from aiayn.floor import build
     from aiayn.model import PRESETS
-    from aiayn.provenance import cpu_features
-    from aiayn.training import AMP_DTYPES, LabelSmoothingLoss, make_optimizer
+    from aiayn.runs.provenance import cpu_features
+    from aiayn.training import AMP_DTYPES, RECIPES, LabelSmoothingLoss, make_optimizer
 
     recipe = RECIPES["cpu"]
     encoded = corpus.encoded(recipe["bpe_size"])

@@ -32,10 +32,9 @@ def one(variant: str, updates: int, warmup: int, factor: float) -> dict:
 
     from aiayn import corpus
     from aiayn.batching import EpochBatches
-    from aiayn.experiment import RECIPES
     from aiayn.floor import build
     from aiayn.model import PRESETS
-    from aiayn.training import LabelSmoothingLoss, TrainConfig, evaluate, train
+    from aiayn.training import RECIPES, LabelSmoothingLoss, TrainConfig, evaluate, train
 
     recipe = RECIPES["cpu"]
     encoded = corpus.encoded(recipe["bpe_size"])

@@ -1,4 +1,4 @@
-"""A guard against a pipeline that trains a model which ignores its source (§6.1, aiayn.health).
+"""A guard against a pipeline that trains a model which ignores its source (§6.1, aiayn.runs.health).
 
 A small model trains for a fixed number of updates on 300 short Multi30k pairs with the book's loop, schedule and
 clipping. A pipeline that works lets it learn those pairs by heart: different sources give different outputs, the
@@ -10,7 +10,8 @@ strict expected failure: if it ever passed, the test would no longer catch what 
 import pytest
 import torch
 
-from aiayn import corpus, health
+from aiayn import corpus
+from aiayn.runs import health
 from aiayn.batching import EpochBatches
 from aiayn.bleu import corpus_bleu
 from aiayn.model import TransformerConfig, make_model

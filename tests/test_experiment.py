@@ -12,6 +12,9 @@ import torch
 from sacremoses import MosesTokenizer
 
 from aiayn import bleu, data, experiment
+from aiayn.runs import config as run_config
+from aiayn.runs import scoring
+from aiayn.training import MULTI30K_TRAIN, RECIPES, TrainConfig
 
 TINY = [
     "--set",
@@ -37,7 +40,7 @@ LINES = {"val": 1014, "test2016": 1000, "test2017": 1000, "mscoco2017": 461, "te
 
 def test_reference_length_is_wu_et_al(multi30k_cache):
     """Lowercasing before Moses gives Wu et al.'s 12,103 tokens; after it, "Bart." stays one token (an abbreviation)."""
-    check = experiment.check_reference_length()
+    check = scoring.check_reference_length()
     assert check == {"test2016_de_tokens": 12103, "expected": 12103, "ok": True}
     refs = [de for _, de in data.load("test2016")]
     moses = MosesTokenizer(lang="de")
@@ -49,11 +52,11 @@ def test_score_agrees_with_sacrebleu():
         ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee!"],
         ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee."],
     )
-    s = experiment.score(hyps, refs, "de")
+    s = scoring.score(hyps, refs, "de")
     assert s["sacrebleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
     assert s["sacrebleu"]["aiayn_bleu"] == pytest.approx(s["sacrebleu"]["score"], abs=1e-9)
     assert "tok:13a" in s["sacrebleu"]["signature"] and "tok:none" in s["tok_lc"]["signature"]
-    tok = experiment.moses_tokenize(refs, "de")
+    tok = scoring.moses_tokenize(refs, "de")
     assert tok[1] == "zwei hunde spielen im schnee ."
     assert s["tok_lc"]["ref_len"] == sum(len(t.split()) for t in tok)
 
@@ -145,8 +148,8 @@ def test_end_to_end_tiny_run_then_continue(multi30k_cache, tmp_path, one_thread,
     assert set(metrics["provenance"]["wall_s"]) == {"setup", "train", "average", "decode_and_score", "write", "total"}
     assert metrics["provenance"]["device"].startswith("CPU: ") and "--resume" in metrics["provenance"]["command"]
     assert metrics["provenance"]["cpu_cores"] == os.cpu_count() and metrics["provenance"]["threads"] >= 1
-    native = set(experiment.NATIVE_BF16) & set(metrics["provenance"]["cpu_features"])
-    precision = "bf16" if native else "fp32"  # experiment.run_precision
+    native = set(run_config.NATIVE_BF16) & set(metrics["provenance"]["cpu_features"])
+    precision = "bf16" if native else "fp32"  # run_config.run_precision
     assert metrics["layers"] == "aiayn" and metrics["processes"] == 1 and metrics["precision"] == precision
     assert metrics["checks"]["source"].keys() == {"nll", "nll_wrong_source", "gain"}
     assert metrics["warnings"] == metrics["checks"]["warnings"] and metrics["warnings"]  # a tiny run: not converged
@@ -405,25 +408,30 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
 
 def test_recipe_fills_what_the_command_line_leaves_out():
     """--recipe cpu sets its settings; options given beside it win; without a recipe the defaults hold."""
-    cpu = experiment.RECIPES["cpu"]
+    cpu = RECIPES["cpu"]
     args = experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "cpu"])
-    assert (args.max_tokens, args.warmup, args.factor, args.epochs) == (
+    assert (args.max_tokens, args.train.warmup, args.train.factor, args.train.epochs) == (
         cpu["max_tokens"],
         cpu["warmup"],
         cpu["factor"],
         cpu["epochs"],
     )
-    assert args.time_budget == cpu["time_budget"] and args.clip_norm == cpu["clip_norm"]
-    assert experiment.model_overrides(args.set) == cpu["set"]
+    assert args.time_budget == cpu["time_budget"] and args.train.clip_norm == cpu["clip_norm"]
+    assert run_config.model_overrides(args.set) == cpu["set"]
     args = experiment.parse_args(
         ["--direction", "en-de", "--out", "x", "--recipe", "cpu", "--factor", "0.3", "--set", "N=2", "P_drop=0.2"]
     )
-    assert args.factor == 0.3 and args.warmup == cpu["warmup"]
-    assert experiment.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
+    assert args.train.factor == 0.3 and args.train.warmup == cpu["warmup"]
+    assert run_config.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
     plain = experiment.parse_args(["--direction", "en-de", "--out", "x"])
-    assert plain == experiment.RunConfig(direction="en-de", out="x") and plain.set == []
-    # one declaration: the command line is generated from RunConfig, and a config's command line parses back to it
-    assert {a.dest for a in experiment.parser()._actions} - {"help"} == {f.name for f in fields(experiment.RunConfig)}
+    assert plain == run_config.RunConfig(direction="en-de", out="x") and plain.set == []
+    assert plain.train == TrainConfig(**MULTI30K_TRAIN, progress=False)  # the training's defaults are chapter 10's
+    # one declaration: the command line is generated from RunConfig and the TrainConfig it nests, and a config's
+    # command line parses back to it
+    assert {a.dest for a in experiment.parser()._actions} - {"help"} == set(run_config.RunConfig().flat())
+    assert set(run_config.TRAIN_OPTIONS) < {f.name for f in fields(TrainConfig)}
     assert experiment.parse_args(experiment.to_argv(args)) == args
+    with pytest.raises(run_config.ExperimentError, match="no setting"):
+        plain.replace(warmpu=10)
     with pytest.raises(SystemExit):
         experiment.parse_args(["--direction", "en-de", "--out", "x", "--recipe", "laptop"])

@@ -67,8 +67,33 @@ def test_no_function_outside_the_checks_is_longer_than_80_lines():
     assert not long, long
 
 
-MACHINERY = {"experiment", "variations", "launch", "plan", "health", "course"}  # what runs experiments and grades
-READERS = {"pretrained", "data", "corpus", "provenance", "glue"}  # what readers and chapters load, beside the generated
+MACHINERY = {"experiment", "variations", "plan", "browser", "runs", "course"}  # what runs experiments and grades
+READERS = {"pretrained", "data", "corpus", "glue"}  # what readers and chapters load, beside the generated
+COMMANDS = {"experiment", "variations", "plan", "browser"}  # the recorded commands: python -m aiayn.<name>
+SITE = {"_book", "_export"}  # the book's own tools: execute the chapters, write the generated modules
+
+
+def test_the_top_level_holds_the_chapters_readers_and_commands():
+    """The layout's one rule: the top level holds what the chapters write, what a chapter or a reader imports, and
+    the recorded commands; the machinery they share lives in runs/, the grading in course/."""
+    top = {p.stem for p in _export.PACKAGE.glob("*.py")} - {"__init__"}
+    generated = {p.stem for p in _export.PACKAGE.glob("*.py") if p.read_text().startswith("# Generated from book/")}
+    assert top - generated - READERS - COMMANDS - SITE == set()
+    folders = {p.name for p in _export.PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == {"runs", "course"}
+
+
+def test_no_chapter_imports_the_machinery_folders():
+    """A chapter imports what the book builds and the recorded commands it explains, never runs/ or course/."""
+    import re
+
+    found = []
+    for path in sorted((_export.ROOT / "book").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            imports = re.findall(r"^.*\b(?:import|from) aiayn\.(?:runs|course)\b.*$", source, re.M)
+            found += [f"{path.name}: {line}" for line in imports]
+    assert not found, found
 
 
 def loaded_by(modules) -> set[str]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aiayn import launch
+from aiayn.runs import launch
 
 
 def test_runs_each_job_with_its_log_and_calls_back_with_its_exit_code(tmp_path, capsys):

@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 
-from aiayn import experiment, plan, pretrained
-from aiayn.provenance import ROOT
+from aiayn import plan, pretrained
+from aiayn import ROOT
+from aiayn.runs import config as run_config
 
 
 def _tree(folder):
@@ -85,6 +86,9 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "bench_train_multi30k.json",
             "cpu-en-de",
             "cpu-de-en",
+            "cpu-fast-en-de",
+            "cpu-fast-de-en",
+            "cpu-fast-search",
             "cpu-floor-en-de",
             "cpu-search",
             "cpu-variations",
@@ -152,10 +156,10 @@ def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
         {"set": ["d_model=32", "P_drop=0.1"], "max_tokens": 2000, "warmup": 10},
     )
     assert config.set == ["d_model=32", "P_drop=0.4"]
-    assert (config.max_tokens, config.warmup, config.factor) == (4000, 10, 2.5)
-    assert plan.recipe_config(None, {"warmup": 10}).warmup == 10
+    assert (config.max_tokens, config.train.warmup, config.train.factor) == (4000, 10, 2.5)
+    assert plan.recipe_config(None, {"warmup": 10}).train.warmup == 10
     gpu = plan.recipe_config(None, plan.PROFILES["gpu"]["final"]["settings"])  # the GPU recipe, as named
-    assert experiment.to_argv(gpu)[-2:] == ["--recipe", "gpu"] and gpu.max_tokens == 8192
+    assert run_config.to_argv(gpu)[-2:] == ["--recipe", "gpu"] and gpu.max_tokens == 8192
 
 
 def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):

@@ -310,9 +310,10 @@ def test_results_reads_files_and_trains_nothing():
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "aiayn.training" not in loaded and "aiayn.experiment" not in loaded and "aiayn.plan" not in loaded
-    from aiayn import experiment
+    assert "aiayn.runs" not in loaded
+    from aiayn.runs.config import SCORED
 
-    assert results.SPLITS == experiment.SCORED
+    assert results.SPLITS == SCORED
     assert set(results.GPU_RUNS) == set(__import__("aiayn.plan").plan.FINAL_RUNS)
     assert results.SEEDS == __import__("aiayn.plan").plan.SEEDS
 

@@ -14,6 +14,7 @@ from aiayn.training import (
     COPY_TRAIN,
     CheckpointError,
     LabelSmoothingLoss,
+    Progress,
     TrainConfig,
     checkpoints,
     choose_precision,
@@ -163,6 +164,10 @@ def test_checkpoint_holds_everything(tmp_path):
     assert {"python", "torch"} <= set(state["rng"][0])
     assert state["progress"]["epoch"] == 1 and state["progress"]["step"] == 2
     assert state["scheduler"]["last_epoch"] == 2
+    # the loop's progress is a dataclass, stored as plain data: it reads back as one
+    progress = Progress(**state["progress"])
+    assert (progress.step, progress.batch, progress.stopped_by) == (2, 0, "epochs")
+    assert progress.history["step"] == [1, 2] and len(progress.history["val_loss"]) == 0
 
 
 def test_mismatched_checkpoint_is_named(tmp_path):

@@ -13,6 +13,8 @@ submission's kernel in a bubblewrap sandbox and every check run in the grader's 
     nbgrader autograde label_smoothing && nbgrader generate_feedback label_smoothing && nbgrader export
     python -m aiayn.course report label_smoothing               # one line per submission: points, failures, errors
     python -m aiayn.course demo label_smoothing                 # three made-up submissions, to try it out
+
+Not about the paper: the exercises and their text live in the chapters (book/) and course/.
 """
 
 import argparse

@@ -11,6 +11,8 @@ nor its references enter the sandbox. In a student's own run (a clone of the boo
     check("label_smoothing", "no_pad", globals())
 
 and calls the student's function in the same process, through the same conversion to data, so the points agree.
+
+Not about the paper: the exercises and their text live in the chapters (book/) and course/.
 """
 
 import contextlib

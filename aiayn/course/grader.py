@@ -7,6 +7,8 @@ course`` writes:
 - ``Execute``: nbgrader's Execute with each kernel in a sandbox that holds as root (``SandboxKernelManager``), every
   check run in this process on the student's results as data, limits on output and time, and a statement that cannot
   be stopped skipped alone.
+
+Not about the paper: the exercises live in the chapters (book/) and course/, and their checks in checks.py.
 """
 
 import ast

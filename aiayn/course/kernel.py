@@ -8,6 +8,8 @@ references and the points stay in the grader's process. In a student's own run t
 
 Nothing here knows a right answer: the inputs' classes below (a stand-in model, an optimizer and a scheduler that
 record what they saw) hold no reference implementation.
+
+Not about the paper: the exercises live in the chapters (book/) and course/.
 """
 
 import ast

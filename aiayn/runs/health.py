@@ -6,6 +6,9 @@ the target language, not the translation. The signs are cheap to read and each n
 - most outputs are the same sentence, or few are distinct (the decoder writes one sentence whatever the input);
 - the source barely helps: validation NLL with the sources of other sentences is hardly worse than with the right ones;
 - the validation perplexity is far above what a converged Multi30k run reaches (under 10).
+
+Not about the model or decoding (aiayn.model, aiayn.decoding): it reads what a finished run wrote, and what its model
+says about the validation set.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Several runs of ``python -m aiayn.experiment`` at once, each its own process with its own log: the one launcher that
-aiayn.plan and aiayn.variations share."""
+aiayn.plan and aiayn.variations share.
+
+Not about the paper: processes and logs only. The runs themselves are aiayn.experiment's.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Where and how a result was made, recorded beside every stored result, CPU or GPU (results/README.md lists the
-fields)."""
+fields).
+
+Not about the paper: bookkeeping of where a result was made.
+"""
 
 from __future__ import annotations
 
