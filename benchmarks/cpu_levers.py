@@ -1,0 +1,159 @@
+"""Each lever of CPU training speed, measured alone against the CPU recipe's training as it runs, the variants
+alternating in one process: target tokens per second, sentence pairs per second, and the ratio to the recipe's.
+
+    python benchmarks/cpu_levers.py                  # writes results/cpu_levers.json (about 10 min on 2 cores)
+    python benchmarks/cpu_levers.py --steps 2 --rounds 1 --only recipe fp32 --out /tmp/levers.json   # a quick check
+
+The recipe's training: the CPU recipe's model (aiayn.training.RECIPES["cpu"]) on real Multi30k batches of 4,096
+tokens sorted by length (§5.1), PyTorch's fused attention (``scaled_dot_product_attention``), the fused Adam step, the
+precision ``--precision auto`` picks here (bf16 with AMX or AVX-512 BF16, else fp32) and every core. Each variant
+changes one of these: the precision, the attention (Equation (1) written out, as chapter 2 writes it), the optimizer
+step (Adam's per-parameter loop), the batches (shuffled pairs, not sorted by length: more padding), the threads, the
+vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds torch.compile, whose compile time is reported
+apart. A vocabulary of another size cuts the same sentences into another number of tokens, so sentence pairs per second
+compare it fairly; the rest compare in target tokens. Speed only: which setting learns best per second is the recipe
+search's question (§6.1).
+"""
+
+import argparse
+import random
+import sys
+import time
+
+from _common import ROOT, write
+
+VARIANTS = ("recipe", "fp32", "math_attention", "loop_adam", "unsorted", "one_thread", "bpe4000", "tokens2048",
+            "tokens8192")  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=15, help="timed updates per round and variant")
+    p.add_argument("--rounds", type=int, default=3, help="alternate the variants this many times; the best counts")
+    p.add_argument("--only", nargs="*", choices=VARIANTS, help="measure these variants only")
+    p.add_argument("--compile", action="store_true", help="add torch.compile (its compile time reported apart)")
+    p.add_argument("--out", default=str(ROOT / "results" / "cpu_levers.json"))
+    args = p.parse_args()
+
+    import torch
+
+    from aiayn import corpus, multi_head
+    from aiayn.attention import attention
+    from aiayn.batching import EpochBatches, collate
+    from aiayn.floor import build
+    from aiayn.model import PRESETS
+    from aiayn.runs.config import run_precision
+    from aiayn.runs.provenance import cpu_features
+    from aiayn.training import AMP_DTYPES, RECIPES, LabelSmoothingLoss, make_optimizer
+
+    recipe, threads = RECIPES["cpu"], torch.get_num_threads()
+    precision = run_precision(torch.device("cpu"))
+    fast_attend = multi_head.attend
+
+    def math_attend(q, k, v, mask=None, dropout_p=0.0, need_weights=False):
+        return attention(q, k, v, mask, dropout_p)
+
+    def unsorted(pairs, max_tokens):
+        """Batches of pairs in a random order, cut at the same token budget: the padding of no length sorting."""
+        order, batches, batch = list(range(len(pairs))), [], []
+        random.Random(0).shuffle(order)
+        for i in order:
+            new = batch + [pairs[i]]
+            size = len(new) * (max(len(s) for s, _ in new) + max(len(t) for _, t in new) + 2)
+            if batch and size > max_tokens:
+                batches.append(batch)
+                new = [pairs[i]]
+            batch = new
+        out = []
+        for b in batches:
+            src, tgt_in, tgt_out = collate(b)
+            out.append((src, tgt_in, tgt_out, int((tgt_out != 0).sum())))
+        return out
+
+    def setup(name: str) -> dict:
+        bpe = 4000 if name == "bpe4000" else recipe["bpe_size"]
+        max_tokens = {"tokens2048": 2048, "tokens8192": 8192}.get(name, recipe["max_tokens"])
+        encoded = corpus.encoded(bpe)
+        pairs = encoded.pairs("train", "en-de")
+        if name == "unsorted":
+            batches = unsorted(pairs, max_tokens)
+        else:
+            batches = [(*b, b.tokens) for b in EpochBatches(pairs, max_tokens, seed=0)(0)]
+        config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer), **recipe["set"])
+        torch.manual_seed(0)
+        model = build(config).train()
+        optimizer = make_optimizer(model, config.d_model, 400, 0.3, fused=name != "loop_adam")[0]
+        if name == "loop_adam":
+            optimizer.defaults["foreach"] = False
+            for group in optimizer.param_groups:
+                group["foreach"] = False
+        return {
+            "model": torch.compile(model, dynamic=True) if name == "compile" else model,
+            "optimizer": optimizer,
+            "loss": LabelSmoothingLoss(config.eps_ls),
+            "batches": batches,
+            "precision": "fp32" if name == "fp32" else precision,
+            "threads": 1 if name == "one_thread" else threads,
+            "attend": math_attend if name == "math_attention" else fast_attend,
+        }
+
+    def updates(v: dict, items) -> tuple[float, float]:
+        """Target tokens and sentence pairs per second over ``items``, one update each."""
+        torch.set_num_threads(v["threads"])
+        multi_head.attend = v["attend"]
+        try:
+            start, tokens, pairs = time.perf_counter(), 0, 0
+            for src, tgt_in, tgt_out, n in items:
+                with torch.autocast("cpu", AMP_DTYPES[v["precision"]], enabled=v["precision"] != "fp32"):
+                    logits = v["model"](src, tgt_in)
+                (v["loss"](logits, tgt_out) / n).backward()
+                v["optimizer"].step()
+                v["optimizer"].zero_grad(set_to_none=True)
+                tokens, pairs = tokens + n, pairs + src.size(0)
+            seconds = time.perf_counter() - start
+        finally:
+            torch.set_num_threads(threads)
+            multi_head.attend = fast_attend
+        return tokens / seconds, pairs / seconds
+
+    names = list(args.only or VARIANTS) + (["compile"] if args.compile else [])
+    variants, warm_s = {}, {}
+    for name in names:
+        variants[name] = setup(name)
+        start = time.perf_counter()
+        updates(variants[name], variants[name]["batches"][:3])  # untimed: allocation, kernel choice, compilation
+        warm_s[name] = time.perf_counter() - start
+    rounds = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names:
+            batches = variants[name]["batches"]
+            rounds[name].append(updates(variants[name], batches[3 + r * args.steps : 3 + (r + 1) * args.steps]))
+    best = {name: max(rounds[name]) for name in names}  # the round with most target tokens/s
+    base = best.get("recipe")
+    results = {}
+    for name in names:
+        tok_s, pairs_s = best[name]
+        results[name] = {"target_tokens_per_s": tok_s, "pairs_per_s": pairs_s, "warm_s": warm_s[name]}
+        if base:
+            results[name] |= {"ratio_tokens": tok_s / base[0], "ratio_pairs": pairs_s / base[1]}
+        print(f"{name:15} {tok_s:7.0f} target tokens/s {pairs_s:6.1f} pairs/s" +
+              (f"  x{tok_s / base[0]:.2f} tokens, x{pairs_s / base[1]:.2f} pairs" if base else ""))  # fmt: skip
+    report = {
+        "config": {
+            "recipe": "cpu",
+            "precision": precision,
+            "threads": threads,
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        },
+        "results": results,
+        "rounds": rounds,
+        "cpu_features": cpu_features(),
+    }
+    write(__import__("pathlib").Path(args.out), report, torch.device("cpu"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
