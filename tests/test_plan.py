@@ -89,6 +89,7 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "cpu-fast-en-de",
             "cpu-fast-de-en",
             "cpu-fast-search",
+            "cpu_levers.json",
             "cpu-floor-en-de",
             "cpu-search",
             "cpu-variations",
