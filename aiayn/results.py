@@ -105,9 +105,10 @@ def missing(name: str) -> str:
 
 def label(name: str, run: dict) -> str:
     """How a stored run is named in tables and legends: whose layers, the
-    kind of device, the direction."""
+    kind of device (and the ten-minute recipe), the direction."""
     on_gpu = run["metrics"]["provenance"].get("cuda") is not None
-    return (f"{RUNS[name][0]}, {'GPU' if on_gpu else 'CPU'} "
+    fast = "-fast" if run["metrics"].get("recipe") == "cpu-fast" else ""
+    return (f"{RUNS[name][0]}, {'GPU' if on_gpu else 'CPU' + fast} "
             f"({run['metrics']['direction']})")
 
 

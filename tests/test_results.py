@@ -343,3 +343,10 @@ def test_search_and_checks_tables(run_dir, tmp_path):
     checks = results.checks_table({"a": runs["lr2e-3"], "b": results.load_run(run_dir)}, {"a": "ours", "b": "old"})
     assert checks.index.tolist() == ["ours"]  # a run written before the checks existed has no row
     assert checks.loc["ours", "distinct outputs %"] == 100.0 and checks.loc["ours", "val NLL, wrong source"] == 4.0
+
+
+def test_every_stored_run_has_its_own_label():
+    """Tables and legends key the runs by label: two runs under one label would show one of them twice."""
+    runs = {name: results.load_run(results.RESULTS / name) for name in results.RUNS}
+    labels = [results.label(name, run) for name, run in runs.items() if run is not None]
+    assert len(labels) == len(set(labels)) and len(labels) >= 2, labels
