@@ -14,6 +14,8 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 
+import torch
+
 from aiayn.model import PRESETS, TransformerConfig
 from aiayn.runs.provenance import cpu_features
 from aiayn.training import MULTI30K_TRAIN, RECIPES, TrainConfig, choose_precision
@@ -83,7 +85,7 @@ class RunConfig:
     bpe_size: int = setting(8000, "joint BPE vocabulary (sets vocab_size)", type=int)
     max_tokens: int = setting(8000, "token budget of one batch, per process", type=int)
     pad_multiple: int = setting(1, "round batch lengths up to a multiple (8 for --compile)", type=int)
-    train: TrainConfig = field(default_factory=multi30k_training, metadata={"options": TRAIN_OPTIONS})
+    train: TrainConfig = field(default_factory=multi30k_training)  # its options: TRAIN_OPTIONS
     average_last: int = setting(10, "average this many of the last checkpoints", type=int)
     time_budget: float | None = setting(
         None, "seconds for the whole command; training stops when only --eval-reserve is left", type=float
@@ -251,12 +253,12 @@ def check_options(args: RunConfig) -> None:
         raise ExperimentError(str(err)) from None
 
 
-def run_precision(device, requested: str = "auto") -> str:
+def run_precision(device: torch.device, requested: str = "auto") -> str:
     """The precision a run trains in. "auto" is choose_precision's (bf16 or fp16 on a GPU, fp32 on a CPU), except on a
     CPU with bf16 matrix instructions (AMX, or AVX-512 BF16), where bf16 autocast trains the CPU recipe's model faster
     at the same validation loss (benchmarks/cpu_precision.py measured 1.24 times on a Xeon with AMX and 1.34 on an AMD
     EPYC with AVX-512 BF16; the recipe search of §6.1 compared the losses). CPUs with neither (Colab's free CPU is AVX2
     only) emulate bf16, slower than fp32."""
-    if requested == "auto" and getattr(device, "type", device) == "cpu" and set(NATIVE_BF16) & set(cpu_features()):
+    if requested == "auto" and device.type == "cpu" and set(NATIVE_BF16) & set(cpu_features()):
         return "bf16"
     return choose_precision(device, requested)
