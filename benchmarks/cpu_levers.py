@@ -13,6 +13,10 @@ vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds torch.compi
 apart. A vocabulary of another size cuts the same sentences into another number of tokens, so sentence pairs per second
 compare it fairly; the rest compare in target tokens. Speed only: which setting learns best per second is the recipe
 search's question (§6.1).
+
+It also measures the cores' matmul peak (the fastest product of two 2,048 x 2,048 matrices, bf16 and fp32) and the
+share of it that the recipe's training reaches: its matmul and attention FLOPs per target token (counted by torch's
+FlopCounterMode over the timed batches) times its best round's target tokens per second.
 """
 
 import argparse
@@ -117,6 +121,31 @@ def main() -> int:
             multi_head.attend = fast_attend
         return tokens / seconds, pairs / seconds
 
+    def matmul_peak(dtype, n: int = 2048, repeats: int = 10) -> float:
+        """The cores' matmul rate in GFLOP/s: the fastest of ``repeats`` products of two n x n matrices."""
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        seconds = []
+        for _ in range(repeats + 2):  # two untimed
+            start = time.perf_counter()
+            a @ b
+            seconds.append(time.perf_counter() - start)
+        return 2 * n**3 / min(seconds[2:]) / 1e9
+
+    def flops_per_token(v: dict, items) -> float:
+        """Matmul and attention FLOPs of one update (forward and backward, as torch's FlopCounterMode counts them)
+        per target token, over ``items``."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter, tokens = FlopCounterMode(display=False), 0
+        with counter:
+            for src, tgt_in, tgt_out, n in items:
+                with torch.autocast("cpu", AMP_DTYPES[v["precision"]], enabled=v["precision"] != "fp32"):
+                    logits = v["model"](src, tgt_in)
+                (v["loss"](logits, tgt_out) / n).backward()
+                v["model"].zero_grad(set_to_none=True)
+                tokens += n
+        return counter.get_total_flops() / tokens
+
     names = list(args.only or VARIANTS) + (["compile"] if args.compile else [])
     variants, warm_s = {}, {}
     for name in names:
@@ -145,7 +174,18 @@ def main() -> int:
         ratio = results[name].get("ratio_tokens")
         print(f"{name:15} {tok_s:7.0f} target tokens/s {pairs_s:6.1f} pairs/s" +
               (f"  x{ratio:.2f} tokens, x{results[name]['ratio_pairs']:.2f} pairs" if ratio else ""))  # fmt: skip
+    # the share of the cores' matmul peak that the recipe's training reaches (its best round)
+    peak = {"bf16": matmul_peak(torch.bfloat16), "fp32": matmul_peak(torch.float32)}
+    if "recipe" in variants:
+        recipe_v = variants["recipe"]
+        per_token = flops_per_token(recipe_v, recipe_v["batches"][3 : 3 + args.steps])
+        achieved = per_token * results["recipe"]["target_tokens_per_s"] / 1e9
+        share = achieved / peak[precision if precision in peak else "fp32"]
+        results["recipe"] |= {"gflop_per_s": achieved, "flops_per_target_token": per_token, "share_of_peak": share}
+        print(f"matmul peak: {peak['bf16']:.0f} GFLOP/s bf16, {peak['fp32']:.0f} fp32; the recipe's training "
+              f"{achieved:.0f} GFLOP/s, {share:.0%} of the {precision} peak")  # fmt: skip
     report = {
+        "matmul_peak_gflop_per_s": peak,
         "config": {
             "recipe": "cpu",
             "precision": precision,
