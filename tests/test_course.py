@@ -235,15 +235,14 @@ def test_calling_or_copying_the_reference_does_not_pass():
         return LabelSmoothingLoss(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)
 
     assert points("label_smoothing", via_loss) == 0
-    ns = {"torch": torch, "nn": torch.nn, "F": F, "math": math}
-    exec(inspect.getsource(LabelSmoothingLoss).replace("class LabelSmoothingLoss", "class Copy"), ns)
-    exec(
-        "def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
-        "    V = logits.size(-1)\n"
-        "    return Copy(eps_ls * (V - 2) / (V - 1), pad_id)(logits, target)\n",
-        ns,
-    )
-    assert "calls aiayn.training.LabelSmoothingLoss" in failed("label_smoothing", ns)["reference"]
+    # a copy is not a call: the grader flags it from the submission's source, pasted or built by exec
+    from aiayn.course import grader
+
+    pasted = inspect.getsource(LabelSmoothingLoss).replace("LabelSmoothingLoss", "Copy").replace("eps_ls", "eps")
+    refs = grader.references([ASSIGNMENTS["label_smoothing"]], [])
+    assert "resembles aiayn.training.LabelSmoothingLoss" in " ".join(grader.near_copies(pasted, refs))
+    built = "import inspect\nexec(inspect.getsource(LabelSmoothingLoss).replace('class L', 'class C'))"
+    assert grader.suspect(built) == ["exec", "import inspect"]
     import sacrebleu
 
     assert points("bleu", lambda h, r: sacrebleu.corpus_bleu(h, [r], smooth_method="add-k", smooth_value=1).score) == 0
@@ -727,9 +726,10 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "FLAG" not in blocks["a_honest"] + blocks["d_stuck_in_c"] + blocks["n_memory"]
 
 
-def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothing():
-    """In a kernel, the chapter's `attention` (a cell of the notebook, compiled as IPython compiles cells) and a
-    copy of it pasted under another name are recognised by their syntax trees, and fail the checks that call them."""
+def test_a_call_of_the_chapters_own_function_earns_nothing_and_a_pasted_copy_is_flagged():
+    """In a kernel, a call of the chapter's `attention` (a cell of the notebook, compiled as IPython compiles cells)
+    or of torch's fused kernel fails the checks that make it; a copy pasted under another name passes them, and the
+    grader flags it from its source."""
     from nbclient import NotebookClient
 
     chapter = nbformat.read(course.BOOK / "02_attention.ipynb", as_version=4)
@@ -762,9 +762,13 @@ def test_calling_or_pasting_the_chapters_own_function_in_a_notebook_earns_nothin
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
     printed = ["".join(o.get("text", "") for o in nb.cells[i].outputs) for i in (3, 6, 8)]
-    assert "calls aiayn.attention.attention (or a copy of it)" in printed[0]
-    assert "calls aiayn.attention.attention (or a copy of it)" in printed[1]
+    assert "calls aiayn.attention.attention, which" in printed[0]
+    assert printed[1].startswith("passed")
     assert "calls torch.nn.functional.scaled_dot_product_attention" in printed[2]
+    from aiayn.course import grader
+
+    refs = grader.references([ASSIGNMENTS["attention"]], [])
+    assert "resembles aiayn.attention.attention" in " ".join(grader.near_copies(cells[4], refs))
 
 
 def test_the_answer_keys_counts_are_the_models():

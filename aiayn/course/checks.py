@@ -96,8 +96,7 @@ class Call:
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
             raise Failed(
-                f"your code calls {answer['calls'][0]} (or a copy of it), which this exercise asks you to write "
-                "yourself"
+                f"your code calls {answer['calls'][0]}, which this exercise asks you to write yourself"
             )
         if answer["missing"]:
             raise Failed(f"no {' or '.join(self.a.names)} is defined: the checks call {self.a.signature}")

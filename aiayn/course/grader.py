@@ -25,6 +25,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from queue import Empty
@@ -175,6 +176,7 @@ SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit",
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
+DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
@@ -203,14 +205,41 @@ def suspect(source: str) -> list[str]:
     return sorted(set(found))
 
 
+def tree(source: str):
+    """The first function or class defined in ``source``, as an ast node, or None."""
+    try:
+        return next((n for n in ast.parse(textwrap.dedent(source)).body if isinstance(n, DEFINITIONS)), None)
+    except SyntaxError:
+        return None
+
+
 def _tokens(node) -> list[str]:
-    return re.findall(r"\w+|[^\w\s]", kernel.normalised(node))
+    """A definition's syntax tree as tokens, without its name, docstrings and annotations, its arguments and local
+    names numbered in order: a pasted copy under another name or with renamed variables has the same tokens."""
+    node = copy.deepcopy(node)
+    node.name, node.decorator_list, names = "f", [], {}
+    for n in ast.walk(node):
+        if isinstance(n, DEFINITIONS) and n.body and isinstance(n.body[0], ast.Expr):
+            if isinstance(n.body[0].value, ast.Constant):  # a docstring
+                n.body = n.body[1:] or [ast.Pass()]
+        if isinstance(n, ast.FunctionDef):
+            n.returns = None
+        elif isinstance(n, ast.AnnAssign):
+            n.annotation = ast.Constant(None)
+        elif isinstance(n, ast.arg):
+            n.annotation, n.arg = None, names.setdefault(n.arg, f"v{len(names)}")
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.setdefault(n.id, f"v{len(names)}")
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in names:
+            n.id = names[n.id]
+    return re.findall(r"\w+|[^\w\s]", ast.dump(node, annotate_fields=False))
 
 
 def near_copies(source: str, references: dict[str, object]) -> list[str]:
     """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens."""
     try:
-        mine = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]
+        mine = [n for n in ast.walk(ast.parse(source)) if isinstance(n, DEFINITIONS)]
     except SyntaxError:
         return []
     found = {}
@@ -233,7 +262,7 @@ def references(assignments, solutions: list[str]) -> dict[str, object]:
         for path in a.references:
             module, qualname, obj = kernel.reference_source(path)
             try:
-                node = kernel.tree(inspect.getsource(obj))
+                node = tree(inspect.getsource(obj))
             except (OSError, TypeError):
                 continue
             found[path] = node if node is not None else found.get(path)
@@ -242,7 +271,7 @@ def references(assignments, solutions: list[str]) -> dict[str, object]:
             nodes = ast.walk(ast.parse(source))
         except SyntaxError:
             continue
-        found |= {f"the book's solution ({n.name})": n for n in nodes if isinstance(n, ast.FunctionDef)}
+        found |= {f"the book's solution ({n.name})": n for n in nodes if isinstance(n, DEFINITIONS)}
     return {k: v for k, v in found.items() if v is not None}
 
 

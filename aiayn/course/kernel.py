@@ -12,18 +12,13 @@ record what they saw) hold no reference implementation.
 Not about the paper: the exercises live in the chapters (book/) and course/.
 """
 
-import ast
 import base64
 import contextlib
-import copy
-import dis
 import importlib.util
-import inspect
 import io
 import os
 import signal
 import sys
-import textwrap
 import threading
 import time
 import types
@@ -119,81 +114,6 @@ def to_data(x, depth: int = 0):
 # The call watch: did the student's function call the book's implementation of what it was asked to write?
 # ----------------------------------------------------------------------------------------------------------
 
-_SKIP = {"RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL"}
-_MIN_COPY = 24  # shorter references are matched by identity only: an answer written from scratch may compile alike
-_MIN_TREE = 60  # likewise, in syntax-tree nodes
-_SOURCES: dict = {}  # module path -> (source, code objects), read once per kernel
-
-
-def _fingerprint(code: types.CodeType) -> tuple:
-    """The instructions of a code object, without line numbers, docstring or the names of local variables: a copy
-    of a function, pasted or exec'd from its source with its variables renamed, has the same fingerprint."""
-    local: dict[str, int] = {}
-    out = []
-    for ins in dis.get_instructions(code):
-        if ins.opname in _SKIP:
-            continue
-        arg = ins.argval
-        if isinstance(arg, types.CodeType):
-            arg = _fingerprint(arg)
-        elif "FAST" in ins.opname or "DEREF" in ins.opname or ins.opname == "LOAD_CLOSURE":
-            arg = tuple(local.setdefault(n, len(local)) for n in (arg if isinstance(arg, tuple) else (arg,)))
-        elif isinstance(arg, frozenset):
-            arg = tuple(sorted(map(repr, arg)))
-        else:
-            arg = repr(arg)
-        out.append(("LOAD_ATTR" if ins.opname == "LOAD_METHOD" else ins.opname, arg))
-    return tuple(out)
-
-
-def _code_objects(code: types.CodeType, prefix: str = "") -> dict:
-    """qualified name -> code object, for every function and method compiled from a module's source."""
-    found = {}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType) and not const.co_name.startswith("<"):
-            found[prefix + const.co_name] = const
-            found.update(_code_objects(const, prefix + const.co_name + "."))
-    return found
-
-
-def tree(source: str, qualname: str | None = None):
-    """The definition of ``qualname`` (or the first function or class) in ``source``, as an ast node, or None."""
-    try:
-        node = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return None
-    for part in qualname.split(".") if qualname else [None]:
-        node = next(
-            (n for n in node.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and part in (None, n.name)), None
-        )
-        if node is None:
-            return None
-    return node
-
-
-def normalised(node) -> str:
-    """A function's syntax tree without its name, docstring, annotations and comments, its arguments and local names
-    numbered in order: a pasted copy under another name or with renamed variables has the same text."""
-    node = copy.deepcopy(node)
-    node.name, node.decorator_list = "f", []
-    if isinstance(node, ast.FunctionDef):
-        node.returns = None
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-        node.body = body[1:] or [ast.Pass()]
-    names: dict[str, str] = {}
-    for n in ast.walk(node):
-        if isinstance(n, ast.arg):
-            n.annotation, n.arg = None, names.setdefault(n.arg, f"v{len(names)}")
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.setdefault(n.id, f"v{len(names)}")
-        elif isinstance(n, ast.AnnAssign):
-            n.annotation = ast.Constant(None)
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in names:
-            n.id = names[n.id]
-    return ast.dump(node, annotate_fields=False)
-
 
 def reference_source(path: str) -> tuple[str, str, object]:
     """(module, qualified name, object) of a dotted reference path such as ``aiayn.attention.attention``."""
@@ -211,59 +131,32 @@ def reference_source(path: str) -> tuple[str, str, object]:
     raise ValueError(f"reference {path} not found")
 
 
+def _codes(obj) -> list:
+    """The code objects a call of ``obj`` runs first: a function's, or every method of a class."""
+    obj = getattr(obj, "__func__", obj)
+    if isinstance(obj, type):
+        return [c for v in vars(obj).values() for c in _codes(v)]
+    return [obj.__code__] if isinstance(getattr(obj, "__code__", None), types.CodeType) else []
+
+
 class Watch:
-    """``watch(f, *args)`` runs the student's ``f`` with a time limit and records each call of a reference: the
-    book's function, the chapter's own definition of it in the notebook, or a copy of it; in every thread the call
-    starts. A reference written in C (torch's fused kernels) is recorded by the operator it runs, whatever the route
-    (``torch.ops.aten``, a thread)."""
+    """``watch(f, *args)`` runs the student's ``f`` with a time limit and records each call of a reference, in every
+    thread the call starts: the book's function or class, or the chapter's own definition of it earlier in the
+    notebook, by the identity of its code; a reference written in C (torch's fused kernels) by the operator it runs,
+    whatever the route (``torch.ops.aten``, a thread). A pasted copy is not a call: the grader flags it from the
+    submission's source (``grader.near_copies``)."""
 
     def __init__(self, references: list[str], namespace: dict):
-        self.codes, self.objects, self.sources, self.operators, self.hits = {}, {}, {}, {}, []
+        self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
             module, qualname, obj = reference_source(path)
-            spec = importlib.util.find_spec(module)
-            if module.startswith("aiayn.") and spec.origin and spec.origin.endswith(".py"):
-                if spec.origin not in _SOURCES:  # the code as the file has it, whatever was patched since
-                    text = open(spec.origin, encoding="utf-8").read()
-                    _SOURCES[spec.origin] = (text, _code_objects(compile(text, spec.origin, "exec")))
-                text, codes = _SOURCES[spec.origin]
-                self._code(codes[qualname], path, [obj, _lookup(namespace, qualname)])
-                self._source(tree(text, qualname), path)
-            elif isinstance(obj, types.FunctionType):
-                self._code(obj.__code__, path, [obj])
-                try:
-                    self._source(tree(inspect.getsource(obj)), path)
-                except (OSError, TypeError):
-                    pass
-            else:  # a C function: the aten operator it runs
-                name = getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")
-                self.operators[name] = path
-
-    def _code(self, code, path: str, live: list) -> None:
-        fp = _fingerprint(code)
-        if len(fp) >= _MIN_COPY:
-            self.codes[fp] = path
-        for o in live:
-            c = getattr(getattr(o, "__func__", o), "__code__", None)
-            if isinstance(c, types.CodeType) and _fingerprint(c) == fp:
-                self.objects[id(c)] = (path, c)
-
-    def _source(self, node, path: str) -> None:
-        if node is not None and sum(1 for _ in ast.walk(node)) >= _MIN_TREE:
-            self.sources[normalised(node)] = path
-
-    def _match(self, code: types.CodeType, seen: dict) -> str | None:
-        if id(code) not in seen:  # installed libraries' code (torch's own imports, say) by identity only: quick
-            hit = self.objects.get(id(code), (None,))[0]
-            if not hit and not code.co_filename.startswith((sys.prefix, sys.base_prefix, "<frozen")):
-                hit = self.codes.get(_fingerprint(code))
-                try:
-                    node = None if hit or not self.sources else tree("".join(inspect.getsourcelines(code)[0]))
-                    hit = hit or (self.sources.get(normalised(node)) if node is not None else None)
-                except (OSError, TypeError, IndexError):
-                    pass
-            seen[id(code)] = (code, hit)
-        return seen[id(code)][1]
+            mine = namespace
+            for part in qualname.split("."):
+                mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
+            found = _codes(obj) + (_codes(mine) if mine is not None else [])
+            self.codes |= {id(c): path for c in found}
+            if not found:  # a C function: the aten operator it runs
+                self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
 
     def _operator(self, name: str) -> str | None:
         op = name.removeprefix("aten::").strip("_")
@@ -273,13 +166,9 @@ class Watch:
         return None
 
     def __call__(self, f, *args, _seconds: float = 0, **kwargs):
-        seen: dict = {}
-
         def profile(frame, event, arg):
-            if event == "call":
-                name = self._match(frame.f_code, seen)
-                if name:
-                    self.hits.append(name)
+            if event == "call" and id(frame.f_code) in self.codes:
+                self.hits.append(self.codes[id(frame.f_code)])
 
         timer = _seconds > 0 and threading.current_thread() is threading.main_thread()
         recorded = None
@@ -307,13 +196,6 @@ class Watch:
 
 def _alarm(signum, frame):
     raise _Timeout()
-
-
-def _lookup(namespace: dict, qualname: str):
-    obj = namespace
-    for part in qualname.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
-    return obj
 
 
 @contextlib.contextmanager
