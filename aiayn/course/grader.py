@@ -42,7 +42,7 @@ from traitlets import Bool, Float, Integer
 
 from aiayn.course import kernel
 
-NOBODY = 65534  # the user a kernel runs as when the grader is root
+FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own, numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
 
 # ----------------------------------------------------------------------------------------------------------
@@ -284,21 +284,29 @@ def sandbox_problem() -> str:
     """Why a sandboxed kernel cannot start on this machine ("" when it can)."""
     if shutil.which("bwrap") is None or shutil.which("setpriv") is None:
         return "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install it)"
-    run = subprocess.run(["bwrap", *_base(), "--", *_unprivileged(), "true"], capture_output=True, text=True)
+    run = subprocess.run(
+        ["bwrap", *_base(), "--", *_unprivileged(_kernel_uid()), "true"], capture_output=True, text=True
+    )
     if run.returncode:
         return f"bubblewrap cannot create a sandbox here ({run.stderr.strip() or run.returncode}): user namespaces off?"
     return ""
 
 
-def _unprivileged() -> list[str]:
-    """Inside the sandbox, before the kernel starts: a grader that is root becomes nobody, with no capabilities left
-    and none to gain (bubblewrap sets no_new_privs)."""
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"] if os.geteuid() == 0 else []
+def _kernel_uid() -> int:
+    """A user id no one else has, for one kernel: the process limit counts per user, so a kernel that forks up to
+    its limit cannot keep another student's kernel from starting."""
+    return FIRST_UID + secrets.randbelow(1 << 30)
+
+
+def _unprivileged(uid: int) -> list[str]:
+    """Inside the sandbox, before the kernel starts: a grader that is root becomes ``uid``, a user with no account,
+    no capabilities left and none to gain (bubblewrap sets no_new_privs)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
 
 
 def _base() -> list[str]:
     """Namespaces and the system's read-only folders, and nothing else of the file system. As root, bubblewrap keeps
-    only the right to become nobody (``_unprivileged``); otherwise it runs in a user namespace of its own."""
+    only the right to become the kernel's user (``_unprivileged``); otherwise it runs in a user namespace of its own."""
     box = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     if os.geteuid() == 0:
         box += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -334,6 +342,7 @@ class SandboxKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self.context = _Context()
         self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
+        self.uid = _kernel_uid()
         if self.sandbox:
             self.transport, self.ip = "ipc", str(self.sandbox_dir / "kernel-ipc")
             self.connection_file = str(self.sandbox_dir / "kernel.json")
@@ -354,8 +363,8 @@ class SandboxKernelManager(AsyncKernelManager):
         home.mkdir(exist_ok=True)
         if os.geteuid() == 0:
             for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")]:
-                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged()] + cmd
+                os.chown(path, self.uid, self.uid, follow_symlinks=False)
+        return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged(self.uid)] + cmd
 
     def _view(self, cwd: Path, work: Path, home: Path) -> list[str]:
         from aiayn import ROOT, data
