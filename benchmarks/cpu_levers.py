@@ -132,19 +132,14 @@ def main() -> int:
         return 2 * n**3 / min(seconds[2:]) / 1e9
 
     def flops_per_token(v: dict, items) -> float:
-        """Matmul and attention FLOPs of one update (forward and backward, as torch's FlopCounterMode counts them)
-        per target token, over ``items``."""
+        """Matmul and attention FLOPs of an update (forward and backward, as torch's FlopCounterMode counts them) per
+        target token, over ``items``."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        counter, tokens = FlopCounterMode(display=False), 0
+        counter = FlopCounterMode(display=False)
         with counter:
-            for src, tgt_in, tgt_out, n in items:
-                with torch.autocast("cpu", AMP_DTYPES[v["precision"]], enabled=v["precision"] != "fp32"):
-                    logits = v["model"](src, tgt_in)
-                (v["loss"](logits, tgt_out) / n).backward()
-                v["model"].zero_grad(set_to_none=True)
-                tokens += n
-        return counter.get_total_flops() / tokens
+            updates(v, items)
+        return counter.get_total_flops() / sum(n for *_, n in items)
 
     names = list(args.only or VARIANTS) + (["compile"] if args.compile else [])
     variants, warm_s = {}, {}

@@ -92,6 +92,7 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "cpu_levers.json",
             "cpu-floor-en-de",
             "cpu-search",
+            "cpu-seeds",
             "cpu-variations",
             "gpu-search",
         }, (name, missing)
