@@ -56,7 +56,7 @@ def _toy_notebook():
 
 
 def test_find_exercises_from_markers():
-    found = course.find_exercises(_toy_notebook(), "99_schedule", ASSIGNMENTS)
+    found = course.find_exercises(_toy_notebook(), "99_schedule")
     assert [(e.number, e.solution_cell, e.test_cell, e.names, e.assignments) for e in found] == [
         (2, 4, 5, ["double"], []),
         (3, 7, 8, ["warmup_cosine"], ["schedule"]),
@@ -64,11 +64,11 @@ def test_find_exercises_from_markers():
     early = _toy_notebook()
     early.cells.insert(1, nbformat.v4.new_code_cell("### BEGIN SOLUTION\ny = 2\n### END SOLUTION"))
     with pytest.raises(ValueError, match="before the Exercises heading"):
-        course.find_exercises(early, "99_schedule", ASSIGNMENTS)
+        course.find_exercises(early, "99_schedule")
 
 
 def test_source_notebook_has_one_graded_cell_per_check():
-    nb = course.source_notebook(_toy_notebook(), "99_schedule", registry=ASSIGNMENTS)
+    nb = course.source_notebook(_toy_notebook(), "99_schedule")
     meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
     graded = {m["grade_id"]: m["points"] for m in meta if m.get("grade")}
     want = {f"schedule_{c.key}": c.points for c in ASSIGNMENTS["schedule"].checks}
@@ -79,7 +79,7 @@ def test_source_notebook_has_one_graded_cell_per_check():
     assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
     assert "BEGIN SOLUTION" in nb.cells[5].source  # nbgrader's generate_assignment removes the solutions
     assert "colab" not in nb.cells[1].source.lower()  # no link to the chapter (and its solutions) unless asked
-    linked = course.source_notebook(_toy_notebook(), "99_schedule", link=True, registry=ASSIGNMENTS)
+    linked = course.source_notebook(_toy_notebook(), "99_schedule", link=True)
     assert "colab.research.google.com" in linked.cells[1].source
 
 
@@ -87,7 +87,7 @@ def test_every_assignment_grades_an_exercise_and_every_chapter_is_listed(capsys)
     graded, notebooks = set(), set()
     for path in course.sources():
         notebooks.add(path.stem)
-        for e in course.find_exercises(nbformat.read(path, as_version=4), path.stem, ASSIGNMENTS):
+        for e in course.find_exercises(nbformat.read(path, as_version=4), path.stem):
             graded.update(e.assignments)
     assert graded == set(ASSIGNMENTS), f"checks without an exercise: {set(ASSIGNMENTS) - graded}"
     chapters = {
@@ -132,7 +132,7 @@ def test_the_books_own_solutions_get_full_marks():
     graded = set()
     for path in course.sources():
         nb = nbformat.read(path, as_version=4)
-        for e in course.find_exercises(nb, path.stem, ASSIGNMENTS):
+        for e in course.find_exercises(nb, path.stem):
             for key in e.assignments:
                 ns = _namespace()
                 exec(nb.cells[e.solution_cell].source, ns)
@@ -500,7 +500,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
         assert block, f"the page shows no `$ {command}`"
         return block.group(1).rstrip("\n")
 
-    limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG, re.M))
+    limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG.read_text(), re.M))
     assert len(limits) == 8
     for name, value in limits.items():  # the table of limits
         assert re.search(rf"^\| `{name}` \| {int(value):,} ", page, re.M), name

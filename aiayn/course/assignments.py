@@ -86,9 +86,8 @@ def exercises_heading(nb) -> int:
     raise ValueError("no '## Exercises' heading: coding exercises go in a notebook's Exercises section")
 
 
-def find_exercises(nb, notebook: str, registry: dict | None = None) -> list[Exercise]:
+def find_exercises(nb, notebook: str) -> list[Exercise]:
     """The coding exercises of a notebook: cells with solution markers after the Exercises heading."""
-    registry = ASSIGNMENTS if registry is None else registry
     if not any(c.cell_type == "code" and has_solution(c.source) for c in nb.cells):
         return []
     start = exercises_heading(nb)
@@ -108,7 +107,7 @@ def find_exercises(nb, notebook: str, registry: dict | None = None) -> list[Exer
         if test is not None and has_solution(nb.cells[test].source):
             test = None
         names = _defined_names(cell.source)
-        graded = [a.key for a in registry.values() if a.notebook == _slug(notebook) and set(a.names) & set(names)]
+        graded = [a.key for a in ASSIGNMENTS.values() if a.notebook == _slug(notebook) and set(a.names) & set(names)]
         found.append(Exercise(notebook, number, i, test, names, graded))
     return found
 
@@ -161,118 +160,42 @@ def _header(notebook: str, link: bool) -> str:
     return text
 
 
-def source_notebook(nb, notebook: str, link: bool = False, registry: dict | None = None):
+def source_notebook(nb, notebook: str, link: bool = False):
     """The nbgrader source notebook (the instructor's copy) of a chapter or course notebook: the book's code cells
     read-only, solution cells marked, one graded cell per check, and a header for the student."""
     import nbformat
 
-    registry = ASSIGNMENTS if registry is None else registry
     nb = copy.deepcopy(nb)
-    exercises = find_exercises(nb, notebook, registry)
-    start = exercises_heading(nb)
+    exercises, start = find_exercises(nb, notebook), exercises_heading(nb)
     for i, cell in enumerate(nb.cells):
-        cell.metadata.pop("execution", None)
-        cell.metadata.pop("mystnb", None)
-        if "tags" in cell.metadata:
-            cell.metadata["tags"] = [t for t in cell.metadata["tags"] if not t.startswith(("hide-", "remove-"))]
-            if not cell.metadata["tags"]:
-                del cell.metadata["tags"]
+        cell.metadata.pop("execution", None), cell.metadata.pop("mystnb", None)
+        tags = [t for t in cell.metadata.pop("tags", []) if not t.startswith(("hide-", "remove-"))]
+        cell.metadata |= {"tags": tags} if tags else {}
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
             if i < start:  # the book's code: read-only, and run with the long time limit
                 cell.metadata["nbgrader"] = _meta(f"book_{i}", locked=True)
-    inserts = []
-    for ex in exercises:
+    for ex in reversed(exercises):  # from the last, so that inserted cells move no index still to come
         nb.cells[ex.solution_cell].metadata["nbgrader"] = _meta(ex.grade_id, solution=True)
         if ex.assignments:  # the checks; the chapter's own test cell stays, ungraded, as a first try
             cells = []
-            for key in ex.assignments:
-                for c in registry[key].checks:
-                    cell = nbformat.v4.new_code_cell(
-                        CHECK_CELL.format(
-                            points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key
-                        )
-                    )
-                    cell.metadata["nbgrader"] = _meta(f"{key}_{c.key}", grade=True, locked=True, points=c.points)
-                    cells.append(cell)
-            inserts.append(((ex.test_cell if ex.test_cell is not None else ex.solution_cell) + 1, cells))
+            for key, c in [(key, c) for key in ex.assignments for c in ASSIGNMENTS[key].checks]:
+                text = dict(points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key)
+                cells.append(nbformat.v4.new_code_cell(CHECK_CELL.format(**text)))
+                cells[-1].metadata["nbgrader"] = _meta(f"{key}_{c.key}", grade=True, locked=True, points=c.points)
+            at = (ex.test_cell if ex.test_cell is not None else ex.solution_cell) + 1
+            nb.cells[at:at] = cells
         elif ex.test_cell is not None:
             nb.cells[ex.test_cell].metadata["nbgrader"] = _meta(
                 f"test_{ex.grade_id}", grade=True, locked=True, points=1
             )
-    for at, cells in sorted(inserts, key=lambda x: x[0], reverse=True):
-        nb.cells[at:at] = cells
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(_header(notebook, link)))
     nb.metadata.pop("widgets", None)
     nbformat.validate(nb)
     return nb
 
 
-NBGRADER_CONFIG = '''\
-"""nbgrader's configuration for a course of the book's exercises (written by `python -m aiayn.course course`)."""
-import os
-import warnings
-
-from nbconvert.preprocessors import ClearMetadataPreprocessor
-from sqlalchemy.exc import SAWarning
-
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, IgnorePattern,
-                                    LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
-
-from aiayn.course.grader import Execute, RestoreCells, refuse_odd_submissions
-
-c = get_config()  # noqa: F821
-
-# Time limits in seconds. A cell that runs longer is interrupted and marked with an error; the cells after it still
-# run. A statement that does not stop when interrupted (a long call into C code), or that ends its kernel, is skipped
-# alone: the notebook is graded again without it, so the statements before and after it count.
-STUDENT_CELL = 30   # a cell the student writes
-BOOK_CELL = 600     # the book's own (read-only) cells, which train small models in some chapters
-CHECK_CALL = 10     # one call of the student's function by a check
-NOTEBOOK = 1800     # a whole notebook, all its runs together; the cells after it are not run
-
-# Limits of each submission's kernel, and of what its output may cost the grader.
-MEMORY_MB = 4096         # address space of the kernel
-PROCESSES = 64           # processes and threads of the kernel
-CELL_OUTPUT = 100_000    # characters of output kept per cell; the rest is cut, with a note
-NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
-
-# Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
-# book's package without its course code, the data and the book's models and results, all read-only, and a copy of
-# its own submission; no course folder, gradebook, solutions or network. Set this to False only to try the course on
-# a machine without bubblewrap, never to grade a class.
-SANDBOX = {sandbox}
-
-
-def cell_timeout(cell):
-    meta = cell.metadata.get("nbgrader", {{}})
-    book = meta.get("locked") and not meta.get("grade") and not meta.get("solution")
-    return BOOK_CELL if book else STUDENT_CELL
-
-
-c.Execute.timeout_func = cell_timeout
-c.Execute.interrupt_on_timeout = True
-c.Execute.sandbox = SANDBOX
-c.Execute.notebook_seconds = NOTEBOOK
-c.Execute.cell_output = CELL_OUTPUT
-c.Execute.notebook_output = NOTEBOOK_OUTPUT
-c.SandboxKernelManager.memory_mb = MEMORY_MB
-c.SandboxKernelManager.processes = PROCESSES
-c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
-os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
-warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
-
-# A submission holding a symbolic link, a hard link or a device file is not graded, and nothing of it is read. Every
-# nbgrader cell of a submission takes its metadata (points, read-only, graded) from the gradebook; nbgrader's
-# OverwriteCells then restores the read-only and graded cells' source. The book's Execute runs each check in this
-# process, on the student's results sent back from the kernel as data.
-refuse_odd_submissions()
-c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells,
-                                      OverwriteCells, CheckCellMetadata]
-c.Autograde.autograde_preprocessors = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-c.ClearMetadataPreprocessor.preserve_cell_metadata_mask = [("nbgrader",), ("aiayn",)]
-'''
+NBGRADER_CONFIG = Path(__file__).with_name("nbgrader_config.py")  # a new course's configuration
 
 
 def notebook_path(name) -> Path:
@@ -302,18 +225,15 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
             "checks, the gradebook and other students' grades)"
         )
 
-    root = Path(root)
-    registry = ASSIGNMENTS
     written = []
     for path in list(map(notebook_path, notebooks)) if notebooks else sources():
-        nb = source_notebook(nbformat.read(path, as_version=4), path.stem, link, registry)
-        folder = root / "source" / path.stem
-        folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, folder / path.name)
+        (Path(root) / "source" / path.stem).mkdir(parents=True, exist_ok=True)
+        nbformat.write(source_notebook(nbformat.read(path, as_version=4), path.stem, link), Path(root) / "source" /
+                       path.stem / path.name)  # fmt: skip
         written.append(path.stem)
-    config = root / "nbgrader_config.py"
+    config = Path(root) / "nbgrader_config.py"
     if not config.exists():
-        config.write_text(NBGRADER_CONFIG.format(sandbox=sandbox))
+        config.write_text(NBGRADER_CONFIG.read_text().replace("SANDBOX = True", f"SANDBOX = {sandbox}"))
     return written
 
 
@@ -323,110 +243,98 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
 
 
 def _error(cell) -> str:
-    """The error a cell of an autograded notebook ended with: "timed out", its message, or ""."""
+    """The error a cell of an autograded notebook ended with: "timed out", "stopped: why", its message, or ""."""
     for out in cell.get("outputs", []):
-        if out.get("output_type") == "error" and out.get("ename") != "KeyboardInterrupt":
-            if out["ename"] == "CellTimeoutError":
-                return "timed out"
-            if out["ename"] == "CellStopped":
-                return f"stopped: {out.get('evalue', '')}"
-            lines = str(out.get("evalue", "")).strip().splitlines()
-            return f"{out['ename']}: {lines[0] if lines else ''}" if out["ename"] != "Failed" else lines[0]
+        name, lines = out.get("ename"), str(out.get("evalue", "")).strip().splitlines() or [""]
+        if out.get("output_type") == "error" and name != "KeyboardInterrupt":
+            names = {"CellTimeoutError": "timed out", "CellStopped": f"stopped: {lines[0]}", "Failed": lines[0]}
+            return names.get(name, f"{name}: {lines[0]}")
     return ""
 
 
-def _detail(text: str) -> str:
-    """A detail line of the report, indented under the submission's line and wrapped at 79 characters."""
-    import textwrap
-
-    return textwrap.fill(text, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
-
-
 def _cell_lines(nb) -> list[str]:
-    """The report's lines about the cells of one graded notebook: stops, cut output, failed checks and flags."""
-    failed, flags, stopped_at, lines = [], {}, None, []
+    """The report's lines about one graded notebook: changes to its nbgrader cells, stops, cut output, failed checks
+    and flags."""
+    lines, failed, flags, stopped = list(nb.metadata.get("aiayn", {}).get("notes", [])), [], {}, False
     for i, cell in enumerate(nb.cells):
-        meta, error = cell.metadata.get("nbgrader", {}), _error(cell)
-        mine = cell.metadata.get("aiayn", {})
-        for flag in (mine.get("check", {}).get("flags") or []) + (mine.get("flags") or []):
+        meta, mine, error = cell.metadata.get("nbgrader", {}), cell.metadata.get("aiayn", {}), _error(cell)
+        for flag in mine.get("check", {}).get("flags", []) + mine.get("flags", []):
             flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
         text = "".join(o.get("text", "") for o in cell.get("outputs", []))
         if mine.get("stopped"):
-            lines.append(_detail(f"cell {i} {mine['stopped']}; run again one statement at a time"))
+            lines.append(f"cell {i} {mine['stopped']}; run again one statement at a time")
         if error == "timed out":
-            lines.append(_detail(f"cell {i} stopped by the time limit; the cells after it ran"))
+            lines.append(f"cell {i} stopped by the time limit; the cells after it ran")
         elif error.startswith("stopped: "):
-            lines.append(_detail(error.removeprefix("stopped: ") + "; graded again without it"))
-        elif error.startswith("NotebookTimeLimit") and not stopped_at:
-            stopped_at = i
-            lines.append(_detail(f"cell {i} and the cells after it {error.split(': ', 1)[1]}"))
+            lines.append(error.removeprefix("stopped: ") + "; graded again without it")
+        elif error.startswith("NotebookTimeLimit") and not stopped:
+            stopped = True
+            lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
         if "[output cut: past the " in text:
-            lines.append(_detail(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}"))
+            lines.append(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}")
         if error and not error.startswith("stopped: ") and meta.get("grade"):
             failed.append((meta["grade_id"], error))
     if len(failed) > 2 and len({e for _, e in failed}) == 1:
-        lines.append(_detail(f"{len(failed)} graded cells failed: {failed[0][1]}"))
+        lines.append(f"{len(failed)} graded cells failed: {failed[0][1]}")
     else:
-        lines += [_detail(f"{key}: {error}") for key, error in failed]
-    lines += [_detail(f"FLAG {flag} ({', '.join(where)}): read this submission") for flag, where in flags.items()]
-    return lines
+        lines += [f"{key}: {error}" for key, error in failed]
+    return lines + [f"FLAG {flag} ({', '.join(where)}): read this submission" for flag, where in flags.items()]
+
+
+def _not_graded(submitted: Path) -> str:
+    """Why a submission has no graded notebook."""
+    import nbformat
+
+    from aiayn.course.grader import odd_files
+
+    if odd_files(submitted.parent):
+        return odd_files(submitted.parent)[0]
+    try:
+        nbformat.read(submitted, as_version=4)
+    except FileNotFoundError:
+        return "nothing submitted"
+    except Exception as err:  # why nbgrader could not grade it
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"[:80]
+    return "see nbgrader autograde's log"
 
 
 def report(root: Path, assignment: str) -> list[str]:
     """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
     then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
     the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
+    import textwrap
+
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
 
-    from aiayn.course.grader import instructor_cells, odd_files, restore
-
     root = Path(root).resolve()
-    if not (root / "gradebook.db").exists():
-        raise FileNotFoundError(f"no gradebook.db in {root}: run `nbgrader autograde {assignment}` there first")
+    for need, why in [("gradebook.db", f"run `nbgrader autograde {assignment}` there first"),
+                      ("submitted", f"submissions go in submitted/<student>/{assignment}/")]:  # fmt: skip
+        if not (root / need).exists():
+            raise FileNotFoundError(f"no {need} in {root}: {why}")
     lines = []
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         try:
             a = gb.find_assignment(assignment)
         except MissingEntry:
-            raise ValueError(
-                f"the gradebook has no assignment {assignment!r}; it has "
-                f"{', '.join(x.name for x in gb.assignments) or 'none'}"
-            ) from None
-        if not (root / "submitted").is_dir():
-            raise FileNotFoundError(
-                f"no submitted/ folder in {root}: submissions go in submitted/<student>/{assignment}/"
-            )
-        students = sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir())
-        for student in students:
+            names = ", ".join(x.name for x in gb.assignments) or "none"
+            raise ValueError(f"the gradebook has no assignment {assignment!r}; it has {names}") from None
+        for student in sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir()):
             for name in sorted(nb.name for nb in a.notebooks):
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
-                submitted = root / "submitted" / student / assignment / f"{name}.ipynb"
-                odd = odd_files(submitted.parent)
-                if odd:
-                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {odd[0]}")
-                    continue
-                try:
-                    notes = restore(nbformat.read(submitted, as_version=4), instructor_cells(gb, name, assignment))
-                except FileNotFoundError:
-                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: nothing submitted")
-                    continue
-                except Exception as err:  # why nbgrader could not grade it
-                    why = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {why[:80]}")
-                    continue
                 if not graded.exists():
-                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: see nbgrader autograde's log")
+                    why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
+                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {why}")
                     continue
                 try:
                     score = gb.find_submission_notebook(name, assignment, student).score
                 except MissingEntry:
                     score = 0.0
-                lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
-                lines += [_detail(note) for note in notes]
-                lines += _cell_lines(nbformat.read(graded, as_version=4))
+                details = _cell_lines(nbformat.read(graded, as_version=4))
                 if score > a.max_score:
-                    lines.append(_detail(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed"))
+                    details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
+                lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
+                lines += [textwrap.fill(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18) for x in details]
     return lines
 
 
@@ -473,6 +381,26 @@ def demo_submissions(root: Path, assignment: str = "label_smoothing") -> list[Pa
 # ----------------------------------------------------------------------------------------------------------
 
 
+def _list() -> None:
+    """Every coding exercise with what grades it, then every assignment's checks and their points."""
+    import nbformat
+
+    def pts(n):
+        return f"{n} point{'s' * (n != 1)}"
+
+    for path in sources():
+        for e in find_exercises(nbformat.read(path, as_version=4), path.stem):
+            graded = (
+                ", ".join(f"{k} ({pts(ASSIGNMENTS[k].points)})" for k in e.assignments) or "its test cell (1 point)"
+            )
+            print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
+    print("\nChecks:")
+    for a in ASSIGNMENTS.values():
+        print(f"  {a.key} ({pts(a.points)}{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")
+        for chk in a.checks:
+            print(f"    {chk.points}  {chk.key:13} {chk.what}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aiayn.course", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -480,55 +408,30 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("course", help="write an nbgrader course directory from the book's exercises")
     c.add_argument("root", type=Path, help="the course directory (created if needed)")
     c.add_argument("notebooks", nargs="*", help="names or paths (default: every notebook with coding exercises)")
-    c.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="grade without the bubblewrap sandbox (to try the course out, never to grade a class)",
-    )
-    c.add_argument(
-        "--link-chapters",
-        action="store_true",
-        help="link each student notebook to its chapter (which shows the solutions)",
-    )
+    c.add_argument("--no-sandbox", action="store_true", help="grade without the bubblewrap sandbox (to try the "
+                   "course out, never to grade a class)")  # fmt: skip
+    c.add_argument("--link-chapters", action="store_true", help="link each student notebook to its chapter (which "
+                   "shows the solutions)")  # fmt: skip
     r = sub.add_parser("report", help="after nbgrader autograde: one line per submission")
-    r.add_argument("assignment")
-    r.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
     d = sub.add_parser("demo", help="three made-up submissions of label_smoothing, to try the course out")
+    r.add_argument("assignment")
     d.add_argument("assignment", choices=["label_smoothing"])
-    d.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
+    for p in (r, d):
+        p.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
-            import nbformat
-
-            registry = ASSIGNMENTS
-            for path in sources():
-                for e in find_exercises(nbformat.read(path, as_version=4), path.stem, registry):
-                    graded = (
-                        ", ".join(
-                            f"{k} ({registry[k].points} point{'s' * (registry[k].points != 1)})" for k in e.assignments
-                        )
-                        or "its test cell (1 point)"
-                    )
-                    print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
-            print("\nChecks:")
-            for a in registry.values():
-                print(f"  {a.key} ({a.points} points{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")
-                for chk in a.checks:
-                    print(f"    {chk.points}  {chk.key:13} {chk.what}")
+            _list()
         elif args.command == "course":
             written = write_course(args.root, args.notebooks, args.link_chapters, not args.no_sandbox)
-            print(
-                f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
-                f"{', '.join(written)}"
-            )
-            print(f"next: cd {args.root} && nbgrader generate_assignment {written[0] if written else '<assignment>'}")
+            print(f"wrote {len(written)} assignment{'s' * (len(written) != 1)} to {args.root / 'source'}: "
+                  f"{', '.join(written)}\nnext: cd {args.root} && nbgrader generate_assignment "
+                  f"{written[0] if written else '<assignment>'}")  # fmt: skip
         elif args.command == "demo":
             for path in demo_submissions(args.course, args.assignment):
                 print(f"wrote {path.relative_to(args.course)}")
         else:
-            for line in report(args.course, args.assignment):
-                print(line)
+            print("\n".join(report(args.course, args.assignment)))
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

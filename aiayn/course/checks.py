@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-from aiayn.course import kernel
+from aiayn.course import inputs, kernel
 
 CALL_SECONDS = float(os.environ.get("AIAYN_CHECK_SECONDS", 10))  # each call of the student's function, at most
 
@@ -95,9 +95,7 @@ class Call:
         answer = self.answer(request)
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
-            raise Failed(
-                f"your code calls {answer['calls'][0]}, which this exercise asks you to write yourself"
-            )
+            raise Failed(f"your code calls {answer['calls'][0]}, which this exercise asks you to write yourself")
         if answer["missing"]:
             raise Failed(f"no {' or '.join(self.a.names)} is defined: the checks call {self.a.signature}")
         if answer["timeout"]:
@@ -762,8 +760,8 @@ def _accumulation_checks():
         torch.manual_seed(0)
         net = torch.nn.Linear(3, 1)
         batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(n_batches)]
-        opt = kernel.Recording(net.parameters(), lr=1.0)
-        return kernel.SquaredError(net), batches, opt, kernel.Scheduler(opt, kernel.Noam())
+        opt = inputs.Recording(net.parameters(), lr=1.0)
+        return inputs.SquaredError(net), batches, opt, inputs.Scheduler(opt, inputs.Noam())
 
     def run(f, call):
         """What the optimizer saw ([(lr, grads)]), how often the scheduler stepped, and the final weights."""
@@ -1042,8 +1040,8 @@ def _length_penalty_checks():
     return [("agrees", "GNMT's length penalty for lengths 0 to 59 and four alphas", 1, agrees)]
 
 
-BOS, EOS, PAD = kernel.BOS, kernel.EOS, kernel.PAD
-_table_model = kernel.TableModel  # the stand-in model the greedy checks decode with
+BOS, EOS, PAD = inputs.BOS, inputs.EOS, inputs.PAD
+_table_model = inputs.TableModel  # the stand-in model the greedy checks decode with
 
 
 def _as_sequences(out) -> list[list[int]]:

@@ -91,38 +91,27 @@ def refuse_odd_submissions() -> None:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def instructor_cells(gb, notebook: str, assignment: str) -> dict:
-    """What the gradebook holds of the instructor's copy of a notebook: its cells, points and solution cells."""
-    source = gb.find_notebook(notebook, assignment)
-    return {
-        "cells": [(c.name, c.cell_type, c.locked, c.source) for c in source.source_cells],
-        "points": {c.name: c.max_score for c in source.grade_cells},
-        "solutions": {c.name for c in source.solution_cells},
-    }
-
-
-def restore(nb, instructor: dict) -> list[str]:
-    """Make a submission's nbgrader cells those of the instructor's copy (in place); return a line per kind of change.
-    A cell whose grade id the instructor's copy lacks, or a second copy of one, becomes an ordinary cell; a known cell
-    gets the instructor's metadata; a cell without metadata whose source is a read-only or graded cell's is recognised
-    by its source; a graded cell missing from the submission is appended at the end. nbgrader's OverwriteCells then
-    restores the source of read-only and graded cells from the gradebook."""
-    cells, points, solutions = instructor["cells"], instructor["points"], instructor["solutions"]
-    known = {name: (cell_type, locked, src) for name, cell_type, locked, src in cells}
-    by_source = {src.strip(): name for name, _, locked, src in cells if locked and src.strip()}
+def restore(nb, source) -> list[str]:
+    """Make a submission's nbgrader cells those of the instructor's copy (``source``, the gradebook's notebook) in
+    place; return a line per kind of change. A cell whose grade id the instructor's copy lacks, or a second copy of one,
+    becomes an ordinary cell; a known cell gets the instructor's metadata; a cell without metadata whose source is a
+    read-only or graded cell's is recognised by its source; a graded cell missing from the submission is appended at
+    the end. nbgrader's OverwriteCells then restores the source of read-only and graded cells from the gradebook."""
+    known = {c.name: c for c in source.source_cells}
+    points, solutions = {c.name: c.max_score for c in source.grade_cells}, {c.name for c in source.solution_cells}
+    by_source = {c.source.strip(): c.name for c in known.values() if c.locked and c.source.strip()}
 
     def metadata(name):
-        meta = {"grade": name in points, "grade_id": name, "locked": known[name][1], "schema_version": 3}
+        meta = {"grade": name in points, "grade_id": name, "locked": known[name].locked, "schema_version": 3}
         return meta | {"solution": name in solutions} | ({"points": points[name]} if name in points else {})
 
     present, dropped, recognised, changed = {}, [], 0, []
     for cell in nb.cells:
         name = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if name is not None and (name not in known or name in present):  # not the assignment's, or a second copy
-            dropped.append(name)
-        elif name is not None:
+        if name is not None and name in known and name not in present:
             present[name] = cell
             continue
+        dropped += [name] if name is not None else []  # not the assignment's, or a second copy
         cell.metadata.pop("nbgrader", None)
     for cell in nb.cells:
         name = by_source.get(cell.source.strip())
@@ -132,10 +121,10 @@ def restore(nb, instructor: dict) -> list[str]:
         old = {k: v for k, v in cell.metadata.get("nbgrader", {}).items() if k not in ("checksum", "cell_type")}
         changed += [name] if old and old != metadata(name) else []
         cell.metadata["nbgrader"] = metadata(name)
-    edited = [n for n, cell in present.items() if known[n][1] and cell.source.strip() != known[n][2].strip()]
+    edited = [n for n, c in present.items() if known[n].locked and c.source.strip() != known[n].source.strip()]
     missing = [name for name in points if name not in present]
     for name in missing:
-        new = (nbformat.v4.new_code_cell if known[name][0] == "code" else nbformat.v4.new_markdown_cell)(known[name][2])
+        new = getattr(nbformat.v4, f"new_{known[name].cell_type}_cell")(known[name].source)
         new.metadata["nbgrader"] = metadata(name)
         nb.cells.append(new)
     notes = [
@@ -147,20 +136,20 @@ def restore(nb, instructor: dict) -> list[str]:
         (missing, "graded cell(s) missing from the submission ({}): appended at the end"),
     ]  # fmt: skip
     lines = [f"{len(names)} {text.format(', '.join(names))}" for names, text in notes if names]
-    lines += [f"{recognised} cell(s) without nbgrader metadata recognised by their source"] if recognised else []
-    return lines
+    return lines + ([f"{recognised} cell(s) without nbgrader metadata recognised by their source"] * (recognised > 0))
 
 
 class RestoreCells(NbGraderPreprocessor):
     """Before nbgrader's OverwriteCells: a submission's nbgrader cells become those of the instructor's copy
-    (``restore``), and nbgrader's log gets a line for each kind of change."""
+    (``restore``), and nbgrader's log and the graded notebook's metadata get a line for each kind of change."""
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
         with Gradebook(info["db_url"]) as gb:
-            instructor = instructor_cells(gb, info["notebook"], info["assignment"])
-        for note in restore(nb, instructor):
+            notes = restore(nb, gb.find_notebook(info["notebook"], info["assignment"]))
+        for note in notes:
             self.log.warning("%s/%s: %s", info["student"], info["assignment"], note)
+        nb.metadata["aiayn"] = {"notes": notes}  # for the report
         return nb, resources
 
 
@@ -180,37 +169,29 @@ DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
+def _nodes(source: str) -> list:
+    """Every node of a piece of code's syntax tree ([] when it is not Python)."""
+    try:
+        return list(ast.walk(ast.parse(textwrap.dedent(source))))
+    except SyntaxError:
+        return []
+
+
 def suspect(source: str) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings."""
-    try:
-        nodes = list(ast.walk(ast.parse(source)))
-    except SyntaxError:
-        return []
     found = []
-    for n in nodes:
+    for n in _nodes(source):
         if isinstance(n, ast.Name) and n.id in SUSPECT_CALLS:
             found.append(n.id)
-        elif (
-            isinstance(n, ast.Call)
-            and getattr(n.func, "id", "") == "getattr"
-            and not (len(n.args) > 1 and isinstance(n.args[1], ast.Constant))
-        ):
-            found.append("getattr with a computed name")
+        elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
+            found += [] if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else ["getattr with a computed name"]
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             found.append(f".{n.attr}")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             modules = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             found += [f"import {m}" for m in modules if m.split(".")[0] in SUSPECT_MODULES]
     return sorted(set(found))
-
-
-def tree(source: str):
-    """The first function or class defined in ``source``, as an ast node, or None."""
-    try:
-        return next((n for n in ast.parse(textwrap.dedent(source)).body if isinstance(n, DEFINITIONS)), None)
-    except SyntaxError:
-        return None
 
 
 def _tokens(node) -> list[str]:
@@ -238,12 +219,8 @@ def _tokens(node) -> list[str]:
 
 def near_copies(source: str, references: dict[str, object]) -> list[str]:
     """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens."""
-    try:
-        mine = [n for n in ast.walk(ast.parse(source)) if isinstance(n, DEFINITIONS)]
-    except SyntaxError:
-        return []
     found = {}
-    for node in mine:
+    for node in [n for n in _nodes(source) if isinstance(n, DEFINITIONS)]:
         for name, ref in references.items():
             a, b = _tokens(node), _tokens(ref)
             share = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if min(len(a), len(b)) > 30 else 0
@@ -258,21 +235,15 @@ def references(assignments, solutions: list[str]) -> dict[str, object]:
     import inspect
 
     found = {}
-    for a in assignments:
-        for path in a.references:
-            module, qualname, obj = kernel.reference_source(path)
-            try:
-                node = tree(inspect.getsource(obj))
-            except (OSError, TypeError):
-                continue
-            found[path] = node if node is not None else found.get(path)
-    for source in solutions:
+    for path in [path for a in assignments for path in a.references]:
         try:
-            nodes = ast.walk(ast.parse(source))
-        except SyntaxError:
+            source = inspect.getsource(kernel.reference_source(path)[2])
+        except (OSError, TypeError):  # written in C
             continue
-        found |= {f"the book's solution ({n.name})": n for n in nodes if isinstance(n, DEFINITIONS)}
-    return {k: v for k, v in found.items() if v is not None}
+        found |= {path: n for n in _nodes(source)[1:2] if isinstance(n, DEFINITIONS)}
+    for n in [n for source in solutions for n in _nodes(source) if isinstance(n, DEFINITIONS)]:
+        found[f"the book's solution ({n.name})"] = n
+    return found
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -284,11 +255,10 @@ def sandbox_problem() -> str:
     """Why a sandboxed kernel cannot start on this machine ("" when it can)."""
     if shutil.which("bwrap") is None or shutil.which("setpriv") is None:
         return "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install it)"
-    run = subprocess.run(
-        ["bwrap", *_base(), "--", *_unprivileged(_kernel_uid()), "true"], capture_output=True, text=True
-    )
+    run = subprocess.run(["bwrap", *_base(), "--", *_unprivileged(_kernel_uid()), "true"], capture_output=True)
     if run.returncode:
-        return f"bubblewrap cannot create a sandbox here ({run.stderr.strip() or run.returncode}): user namespaces off?"
+        why = run.stderr.decode(errors="replace").strip() or run.returncode
+        return f"bubblewrap cannot create a sandbox here ({why}): user namespaces off?"
     return ""
 
 
@@ -375,26 +345,20 @@ class SandboxKernelManager(AsyncKernelManager):
         readable = sorted({p.resolve() for p in readable if p.exists()}, key=lambda p: len(str(p)))
         mounts = readable + [self.sandbox_dir, cwd]
         parents = {a for p in mounts for a in p.parents if not any(a.is_relative_to(m) for m in mounts)}
-        box = [
-            arg
-            for a in sorted(parents - {Path("/")}, key=lambda p: len(str(p)))
-            for arg in ("--perms", "0755", "--dir", str(a))
-        ]
+        box = []
+        for a in sorted(parents - {Path("/")}, key=lambda p: len(str(p))):
+            box += ["--perms", "0755", "--dir", str(a)]
         for path in readable:
             box += ["--ro-bind", str(path), str(path)]
-        course = package / "course"  # the grading package, but for the module that answers calls
-        box += ["--tmpfs", str(course), "--ro-bind", kernel.__file__, str(course / "kernel.py")]
+        course = package / "course"  # the grading package, but for the modules that answer calls and hold inputs
+        box += ["--tmpfs", str(course)]
+        for name in ("kernel.py", "inputs.py"):
+            box += ["--ro-bind", str(Path(kernel.__file__).with_name(name)), str(course / name)]
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        env = {
-            "HOME": home,
-            "MPLCONFIGDIR": home,
-            "IPYTHONDIR": home,
-            "TMPDIR": "/tmp",
-            "USER": "student",
-            "LOGNAME": "student",
-        }
-        env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
+        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": "/tmp", "USER": "student"}
+        env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve()}
+        env["AIAYN_PRETRAINED"] = data.pretrained_dir().resolve()
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us

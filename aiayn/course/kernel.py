@@ -6,8 +6,7 @@ the sandboxed kernel and sends back the result as data (tensors, numbers, string
 exception it raised, whether it called the book's implementation, and how long it took. The comparison with the
 references and the points stay in the grader's process. In a student's own run the check calls ``run`` directly.
 
-Nothing here knows a right answer: the inputs' classes below (a stand-in model, an optimizer and a scheduler that
-record what they saw) hold no reference implementation.
+Nothing here, or in the checks' inputs (``inputs``, the one other module a kernel can import), knows a right answer.
 
 Not about the paper: the exercises live in the chapters (book/) and course/.
 """
@@ -83,12 +82,12 @@ def run(req: dict, namespace: dict) -> dict:
 
 def to_data(x, depth: int = 0):
     """What a result may be, as plain data: tensors (not subclasses), numbers, strings, None, and lists, tuples and
-    dicts of them. The inputs' recording classes give their observations."""
+    dicts of them. The checks' recording inputs (``inputs``) give their observations."""
     import torch
 
     if depth > 20:
         raise TypeError("your function returned data nested more than 20 levels deep")
-    if hasattr(type(x), "__data__") and type(x).__module__ == __name__:
+    if hasattr(type(x), "__data__") and type(x).__module__ == "aiayn.course.inputs":
         return to_data(x.__data__(), depth + 1)
     if type(x) in (torch.Tensor, torch.nn.Parameter):
         if x.numel() > MAX_ELEMENTS:
@@ -215,90 +214,3 @@ def _operators():
     finally:
         os.dup2(saved, 2)
         os.close(saved), os.close(null)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Inputs that record what the student's code did with them
-# ----------------------------------------------------------------------------------------------------------
-
-BOS, EOS, PAD = 1, 2, 0
-
-
-def _torch():
-    import torch
-
-    return torch
-
-
-class TableModel(_torch().nn.Module):
-    """A stand-in with the Transformer's interface: the logits of the next token depend only on the previous one,
-    table[previous] = {token: logit}; other tokens get -5, whatever the source."""
-
-    def __init__(self, table: dict, V: int = 10):
-        super().__init__()
-        torch = _torch()
-        self.V = V
-        self.config = types.SimpleNamespace(pad_id=PAD, vocab_size=V, max_len=64, N=1, d_model=V)
-        self.generator = torch.nn.Identity()
-        logits = torch.full((V, V), -5.0)
-        for a, row in table.items():
-            for b, value in row.items():
-                logits[a, b] = value
-        self.register_buffer("logits", logits)
-
-    def encode(self, src):
-        return _torch().zeros(src.size(0), src.size(1), self.V), (src != PAD)[:, None, None, :]
-
-    def decode(self, tgt, memory, src_mask, cache=None, start=0):
-        return self.logits[tgt]  # (batch, T, V): the "hidden state" is the logits
-
-    def new_cache(self):
-        return [{}]
-
-    def forward(self, src, tgt):
-        return self.generator(self.decode(tgt, *self.encode(src)))
-
-
-class Recording(_torch().optim.SGD):
-    """SGD that records the learning rate and the gradients it saw at each update."""
-
-    def __init__(self, params, lr):
-        super().__init__(params, lr=lr)
-        self.seen = []
-
-    def step(self, closure=None):
-        self.seen.append((self.param_groups[0]["lr"], [p.grad.clone() for p in self.param_groups[0]["params"]]))
-        return super().step(closure)
-
-    def __getstate__(self):  # an optimizer pickles only its own state
-        return {**super().__getstate__(), "seen": self.seen}
-
-    def __data__(self):
-        return {"seen": self.seen}
-
-
-class Noam:
-    """Equation (3) with d_model 16, warmup 10 and a factor 100, as a LambdaLR factor of step s (from 0)."""
-
-    def __call__(self, s):
-        return 100.0 * 16**-0.5 * min((s + 1) ** -0.5, (s + 1) * 10**-1.5)
-
-
-class Scheduler(_torch().optim.lr_scheduler.LambdaLR):
-    """A LambdaLR that reports how often it was stepped."""
-
-    def __data__(self):
-        return {"last_epoch": self.last_epoch}
-
-
-class SquaredError:
-    """model(batch) -> the mean squared error of a linear layer on a batch (x, y)."""
-
-    def __init__(self, net):
-        self.net = net
-
-    def __call__(self, batch):
-        return (self.net(batch[0]) - batch[1]).pow(2).mean()
-
-    def __data__(self):
-        return {"params": [p.detach() for p in self.net.parameters()]}
