@@ -62,6 +62,10 @@ def has_solution(source: str) -> bool:
     return any(line.strip() == BEGIN for line in source.splitlines())
 
 
+def _solution_cells(cells) -> list[int]:
+    return [i for i, c in enumerate(cells) if c.cell_type == "code" and has_solution(c.source)]
+
+
 @dataclass
 class Exercise:
     """A coding exercise: its solution cell, the chapter's test cell after it, and the checks that grade it."""
@@ -88,24 +92,17 @@ def exercises_heading(nb) -> int:
 
 def find_exercises(nb, notebook: str) -> list[Exercise]:
     """The coding exercises of a notebook: cells with solution markers after the Exercises heading."""
-    if not any(c.cell_type == "code" and has_solution(c.source) for c in nb.cells):
-        return []
-    start = exercises_heading(nb)
-    early = [i for i, c in enumerate(nb.cells[:start]) if c.cell_type == "code" and has_solution(c.source)]
-    if early:
+    start = exercises_heading(nb) if _solution_cells(nb.cells) else len(nb.cells)
+    if early := _solution_cells(nb.cells[:start]):
         raise ValueError(f"{notebook}: cells {early} have solution markers before the Exercises heading")
     found, number = [], None
-    for i in range(start, len(nb.cells)):
-        cell = nb.cells[i]
-        if cell.cell_type == "markdown":
-            numbers = re.findall(r"^\s*(\d+)\.\s", cell.source, re.M)
-            number = int(numbers[-1]) if numbers else number
-            continue
-        if not has_solution(cell.source):
+    for i, cell in list(enumerate(nb.cells))[start:]:
+        numbers = re.findall(r"^\s*(\d+)\.\s", cell.source, re.M) if cell.cell_type == "markdown" else []
+        number = int(numbers[-1]) if numbers else number
+        if cell.cell_type != "code" or not has_solution(cell.source):
             continue
         test = next((j for j in range(i + 1, len(nb.cells)) if nb.cells[j].cell_type == "code"), None)
-        if test is not None and has_solution(nb.cells[test].source):
-            test = None
+        test = None if test is None or has_solution(nb.cells[test].source) else test
         names = _defined_names(cell.source)
         graded = [a.key for a in ASSIGNMENTS.values() if a.notebook == _slug(notebook) and set(a.names) & set(names)]
         found.append(Exercise(notebook, number, i, test, names, graded))
@@ -116,12 +113,8 @@ def sources(book: Path = BOOK, course: Path = COURSE) -> list[Path]:
     """Every notebook with coding exercises: the chapters, then the assignment notebooks of course/."""
     import nbformat
 
-    paths = sorted(book.glob("[0-9]*.ipynb")) + (sorted(course.glob("*.ipynb")) if course.is_dir() else [])
-    return [
-        p
-        for p in paths
-        if any(c.cell_type == "code" and has_solution(c.source) for c in nbformat.read(p, as_version=4).cells)
-    ]
+    paths = sorted(book.glob("[0-9]*.ipynb")) + sorted(course.glob("*.ipynb"))
+    return [p for p in paths if _solution_cells(nbformat.read(p, as_version=4).cells)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -136,9 +129,7 @@ check("{assignment}", "{key}", globals())"""
 
 def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution}
-    if grade:
-        meta["points"] = points
-    return meta
+    return meta | ({"points": points} if grade else {})
 
 
 def _header(notebook: str, link: bool) -> str:
@@ -151,13 +142,9 @@ def _header(notebook: str, link: bool) -> str:
         "A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
         "kernel and run the whole notebook."
     )
-    if link:
-        folder = "course" if (COURSE / f"{notebook}.ipynb").exists() else "book"
-        text += (
-            f" The book's chapter is [here](https://colab.research.google.com/github/{REPO}/blob/main/"
-            f"{folder}/{notebook}.ipynb)."
-        )
-    return text
+    folder = "course" if (COURSE / f"{notebook}.ipynb").exists() else "book"
+    url = f"https://colab.research.google.com/github/{REPO}/blob/main/{folder}/{notebook}.ipynb"
+    return text + (f" The book's chapter is [here]({url})." if link else "")
 
 
 def source_notebook(nb, notebook: str, link: bool = False):
@@ -217,8 +204,7 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
 
     from aiayn.course.grader import sandbox_problem
 
-    problem = sandbox and sandbox_problem()
-    if problem:
+    if problem := sandbox and sandbox_problem():
         raise ValueError(
             f"submissions are graded in a sandbox, and {problem}. Install it, or write the course with "
             "--no-sandbox to try the course out (never to grade a class: a submission could then change the "
@@ -287,8 +273,8 @@ def _not_graded(submitted: Path) -> str:
 
     from aiayn.course.grader import odd_files
 
-    if odd_files(submitted.parent):
-        return odd_files(submitted.parent)[0]
+    if problems := odd_files(submitted.parent):
+        return problems[0]
     try:
         nbformat.read(submitted, as_version=4)
     except FileNotFoundError:
@@ -338,43 +324,24 @@ def report(root: Path, assignment: str) -> list[str]:
     return lines
 
 
-DEMO = {  # three made-up submissions of the label_smoothing assignment, for trying the course out
-    "alice": """def my_label_smoothing(logits, target, eps_ls, pad_id):
-    V = logits.size(-1)
-    q = torch.full_like(logits, eps_ls / (V - 1))
-    q[..., pad_id] = 0.0
-    q.scatter_add_(-1, target[..., None], torch.full_like(logits[..., :1], 1.0 - eps_ls))
-    return -(q * logits.log_softmax(-1)).sum(-1).masked_fill(target == pad_id, 0.0).sum()""",
-    "bob": """def my_label_smoothing(logits, target, eps_ls, pad_id):
-    V = logits.size(-1)
-    q = torch.full_like(logits, eps_ls / (V - 2))
-    q[..., pad_id] = 0.0
-    q.scatter_(-1, target[..., None], 1.0 - eps_ls)
-    return -(q * logits.log_softmax(-1)).sum(-1).masked_fill(target == pad_id, 0.0).sum()""",
-    "carol": None,  # submitted as released
-}
-
-
 def demo_submissions(root: Path, assignment: str = "label_smoothing") -> list[Path]:
-    """Write DEMO's submissions into ``root/submitted/<student>/<assignment>/``, from the released notebook."""
+    """Made-up submissions, to try the course out: for each ``course/demo/<assignment>/<student>.py``, the released
+    notebook with that answer in its solution cell (an empty file: handed in as released), written to
+    ``root/submitted/<student>/<assignment>/``."""
     import nbformat
 
-    root = Path(root)
-    release = root / "release" / assignment / f"{assignment}.ipynb"
-    if assignment != "label_smoothing":
-        raise ValueError("the demo submissions answer the label_smoothing assignment only")
+    release = Path(root) / "release" / assignment / f"{assignment}.ipynb"
     if not release.exists():
         raise FileNotFoundError(f"{release} does not exist: run `nbgrader generate_assignment {assignment}` first")
     written = []
-    for student, answer in DEMO.items():
+    for answer in sorted((COURSE / "demo" / assignment).glob("*.py")):
         nb = nbformat.read(release, as_version=4)
         for cell in nb.cells:
-            if answer and cell.metadata.get("nbgrader", {}).get("solution"):
-                cell.source = answer
-        path = root / "submitted" / student / assignment / release.name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, path)
-        written.append(path)
+            if answer.read_text().strip() and cell.metadata.get("nbgrader", {}).get("solution"):
+                cell.source = answer.read_text().strip()
+        written.append(Path(root) / "submitted" / answer.stem / assignment / release.name)
+        written[-1].parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, written[-1])
     return written
 
 
@@ -390,10 +357,9 @@ def _list() -> None:
 
     for path in sources():
         for e in find_exercises(nbformat.read(path, as_version=4), path.stem):
-            graded = (
-                ", ".join(f"{k} ({pts(ASSIGNMENTS[k].points)})" for k in e.assignments) or "its test cell (1 point)"
-            )
-            print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by {graded}")
+            graded = ", ".join(f"{k} ({pts(ASSIGNMENTS[k].points)})" for k in e.assignments)
+            print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by ", end="")
+            print(graded or "its test cell (1 point)")
     print("\nChecks:")
     for a in ASSIGNMENTS.values():
         print(f"  {a.key} ({pts(a.points)}{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")
@@ -413,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--link-chapters", action="store_true", help="link each student notebook to its chapter (which "
                    "shows the solutions)")  # fmt: skip
     r = sub.add_parser("report", help="after nbgrader autograde: one line per submission")
-    d = sub.add_parser("demo", help="three made-up submissions of label_smoothing, to try the course out")
+    d = sub.add_parser("demo", help="made-up submissions (course/demo/<assignment>/), to try the course out")
     r.add_argument("assignment")
-    d.add_argument("assignment", choices=["label_smoothing"])
+    d.add_argument("assignment", choices=sorted(p.name for p in (COURSE / "demo").iterdir()))
     for p in (r, d):
         p.add_argument("--course", type=Path, default=Path("."), help="the course directory (default: here)")
     args = parser.parse_args(argv)

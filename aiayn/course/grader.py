@@ -31,18 +31,18 @@ from pathlib import Path
 from queue import Empty
 
 import nbformat
-import nbgrader.preprocessors
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async
 from nbclient.exceptions import DeadKernelError
 from nbgrader.api import Gradebook
+from nbgrader.preprocessors import Execute as NbGraderExecute
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
 
 from aiayn.course import kernel
 
-FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own, numbered from here
+FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
 
 # ----------------------------------------------------------------------------------------------------------
@@ -77,8 +77,7 @@ def refuse_odd_submissions() -> None:
     original = Autograde.init_assignment
 
     def init_assignment(self, assignment_id, student_id):
-        problems = odd_files(Path(self._format_source(assignment_id, student_id)))
-        if problems:
+        if problems := odd_files(Path(self._format_source(assignment_id, student_id))):
             raise ValueError(f"{student_id}/{assignment_id} not graded: {'; '.join(problems[:3])}")
         return original(self, assignment_id, student_id)
 
@@ -255,17 +254,11 @@ def sandbox_problem() -> str:
     """Why a sandboxed kernel cannot start on this machine ("" when it can)."""
     if shutil.which("bwrap") is None or shutil.which("setpriv") is None:
         return "bubblewrap is not installed (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install it)"
-    run = subprocess.run(["bwrap", *_base(), "--", *_unprivileged(_kernel_uid()), "true"], capture_output=True)
+    run = subprocess.run(["bwrap", *_base(), "--", *_unprivileged(FIRST_UID), "true"], capture_output=True)
     if run.returncode:
         why = run.stderr.decode(errors="replace").strip() or run.returncode
         return f"bubblewrap cannot create a sandbox here ({why}): user namespaces off?"
     return ""
-
-
-def _kernel_uid() -> int:
-    """A user id no one else has, for one kernel: the process limit counts per user, so a kernel that forks up to
-    its limit cannot keep another student's kernel from starting."""
-    return FIRST_UID + secrets.randbelow(1 << 30)
 
 
 def _unprivileged(uid: int) -> list[str]:
@@ -288,21 +281,12 @@ def _base() -> list[str]:
     return box
 
 
-class _Context(zmq.asyncio.Context):
-    """Sockets that refuse a message over MAX_MESSAGE bytes (the kernel is disconnected from, the grader unharmed)."""
-
-    def socket(self, *args, **kwargs):
-        sock = super().socket(*args, **kwargs)
-        sock.maxmsgsize = MAX_MESSAGE
-        return sock
-
-
 class SandboxKernelManager(AsyncKernelManager):
     """A kernel in a bubblewrap sandbox, as an unprivileged user with no capabilities. It sees the system's folders,
-    the Python environment, the package without its course (but ``kernel``), the data and model caches, the book's
-    results and models, all read-only, and a fresh writable copy of its submission's folder; no course folder, no
-    gradebook, no notebooks of the book, no network. It talks to the grader over Unix sockets in a folder of its own,
-    within limits on memory, processes and file size."""
+    the Python environment, the package without its course (but ``kernel`` and ``inputs``), the data and model
+    caches, the book's results and models, all read-only, and a fresh writable copy of its submission's folder; no
+    course folder, no gradebook, no notebooks of the book, no network. It talks to the grader over Unix sockets in a
+    folder of its own, within limits on memory, processes and file size."""
 
     memory_mb = Integer(4096, help="address space of a kernel, in MiB").tag(config=True)
     processes = Integer(64, help="processes and threads of a kernel").tag(config=True)
@@ -310,9 +294,10 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.context = _Context()
+        self.context = zmq.asyncio.Context()  # its sockets refuse a message over MAX_MESSAGE bytes
+        self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
-        self.uid = _kernel_uid()
+        self.uid = FIRST_UID + secrets.randbelow(1 << 30)  # a user id of its own: the process limit counts per user
         if self.sandbox:
             self.transport, self.ip = "ipc", str(self.sandbox_dir / "kernel-ipc")
             self.connection_file = str(self.sandbox_dir / "kernel.json")
@@ -381,13 +366,12 @@ class StuckCell(Exception):
     stops_grading = True  # a check that meets it stops (the checks see any other exception as the student's)
 
 
-class Execute(nbgrader.preprocessors.Execute):
+class Execute(NbGraderExecute):
     """nbgrader's Execute, for the book's checks: each kernel in a sandbox; a check cell never runs in the kernel (its
     check runs here, and each call of the student's function goes to the kernel as a request and comes back as data);
     limits on a notebook's output and time; a statement that does not stop when interrupted, or that ends its kernel,
     is skipped alone: the notebook is graded again, with the statements before and after it."""
 
-    sandbox = Bool(True, help="run each submission's kernel in a bubblewrap sandbox").tag(config=True)
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
     max_stuck = Integer(4, help="statements skipped at most before a notebook is not graded").tag(config=True)
     notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
@@ -397,7 +381,6 @@ class Execute(nbgrader.preprocessors.Execute):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.kernel_manager_class = SandboxKernelManager
-        self.config.SandboxKernelManager.sandbox = self.sandbox
         self.raise_on_iopub_timeout = False  # a message refused for its size never arrives: the cell still ends
         self._call_timeout = None
 
@@ -410,8 +393,7 @@ class Execute(nbgrader.preprocessors.Execute):
         while True:
             self._out, self._cell, self._stmt = {}, None, None
             try:
-                work, resources = super().preprocess(copy.deepcopy(nb), resources, km)
-                return work, resources
+                return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
@@ -420,34 +402,28 @@ class Execute(nbgrader.preprocessors.Execute):
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
 
     def _flag(self, nb, resources, assignments) -> None:
-        """Flags on the student's own cells: code that reaches past its function, and copies of the book's code."""
-        ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
-        graded = {a for key, (a, _) in self._checks.items() if key in ids}
-        refs = references([assignments[a] for a in graded if a in assignments], self._solutions(resources))
-        for cell in nb.cells:
-            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("locked"):
-                flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source)] if found]
-                flags += near_copies(cell.source, refs)
-                if flags:
-                    cell.metadata.setdefault("aiayn", {})["flags"] = flags
-
-    def _solutions(self, resources) -> list[str]:
-        """The solution cells of the instructor's source notebook, without their markers (the gradebook holds only
-        the released cells, whose solutions are cleared)."""
+        """Flags on the student's own cells: code that reaches past its function, and copies of the book's code or of
+        the solution cells of the instructor's source notebook (the gradebook holds only the released cells)."""
         from nbgrader.coursedir import CourseDirectory
 
         from aiayn.course.assignments import BEGIN, END, has_solution
 
-        info = (resources or {}).get("nbgrader", {})
-        if "assignment" not in info:
-            return []
-        folder = CourseDirectory(config=self.config).format_path("source", ".", info["assignment"])
-        try:
-            nb = nbformat.read(Path(folder) / f"{info['notebook']}.ipynb", as_version=4)
-        except (OSError, ValueError):
-            return []
-        cells = [c.source for c in nb.cells if c.cell_type == "code" and has_solution(c.source)]
-        return ["\n".join(line for line in src.splitlines() if line.strip() not in (BEGIN, END)) for src in cells]
+        ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
+        graded = {a for key, (a, _) in self._checks.items() if key in ids}
+        info, solutions = (resources or {}).get("nbgrader", {}), []
+        if "assignment" in info:
+            folder = CourseDirectory(config=self.config).format_path("source", ".", info["assignment"])
+            try:
+                source = nbformat.read(Path(folder) / f"{info['notebook']}.ipynb", as_version=4)
+            except (OSError, ValueError):
+                source = nbformat.v4.new_notebook()
+            solutions = [c.source.replace(BEGIN, "").replace(END, "") for c in source.cells if has_solution(c.source)]
+        refs = references([assignments[a] for a in graded if a in assignments], solutions)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("locked"):
+                flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source)] if found]
+                if flags := flags + near_copies(cell.source, refs):
+                    cell.metadata.setdefault("aiayn", {})["flags"] = flags
 
     def _get_timeout(self, cell):
         timeout = self._call_timeout or super()._get_timeout(cell) or self.notebook_seconds
@@ -474,12 +450,8 @@ class Execute(nbgrader.preprocessors.Execute):
 
     def _by_statement(self, cell, resources, index):
         """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
-        try:
-            body = ast.parse(cell.source).body
-        except SyntaxError:  # IPython syntax: the cell is skipped whole
-            body = []
-        spans = []
-        for node in body:
+        module, spans = _nodes(cell.source)[:1], []  # no module for IPython syntax: the cell is skipped whole
+        for node in module[0].body if module else []:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
             if spans and first <= spans[-1][1]:
                 spans[-1][1] = node.end_lineno
@@ -508,13 +480,11 @@ class Execute(nbgrader.preprocessors.Execute):
 
         if (index, None) in self._skipped:
             c = next(c for c in ASSIGNMENTS[assignment].checks if c.key == key)
-            message = f"your function {self._skipped[(index, None)]}"
-            flags = []
+            message, flags = f"your function {self._skipped[(index, None)]}", []
         else:
             c, message, flags = verdict(assignment, key, lambda request: self._call(request, index))
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=feedback(c, message) + "\n")]
-        if message:
-            cell.outputs.append(_error_output("Failed", message))
+        cell.outputs += [_error_output("Failed", message)] if message else []
         cell.metadata["aiayn"] = {"check": {"passed": not message, "message": message, "flags": flags}}
 
     def _call(self, request: dict, index: int) -> dict:
@@ -523,11 +493,10 @@ class Execute(nbgrader.preprocessors.Execute):
         import torch
 
         request["nonce"] = nonce = secrets.token_hex(16)
-        buffer = io.BytesIO()
-        torch.save(request, buffer)
+        torch.save(request, buffer := io.BytesIO())
+        data = base64.b64encode(buffer.getvalue())
         probe = nbformat.v4.new_code_cell(
-            f"__import__('aiayn.course.kernel', fromlist=['serve']).serve({base64.b64encode(buffer.getvalue())!r}, "
-            "globals())"
+            f"__import__('aiayn.course.kernel', fromlist=['serve']).serve({data!r}, globals())"
         )
         self._call_timeout = request["seconds"] + self.interrupt_grace
         try:
@@ -538,15 +507,19 @@ class Execute(nbgrader.preprocessors.Execute):
             self._call_timeout = None
         answers = [o.data[kernel.MIME] for o in probe.outputs if kernel.MIME in o.get("data", {})]
         answers = [a for a in answers if isinstance(a, dict) and a.get("nonce") == nonce and "data" in a]
-        empty = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
         if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
-            return {**empty, "timeout": True}
+            return {**kernel.NO_ANSWER, "timeout": True}
         try:
             answer = torch.load(io.BytesIO(base64.b64decode(answers[-1]["data"])), weights_only=True)
-            assert isinstance(answer, dict) and set(empty) <= set(answer) and isinstance(answer["calls"], list)
+            assert (
+                isinstance(answer, dict) and set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
+            )
             return answer
         except Exception:  # no answer, or one that is not data
-            return {**empty, "error": ("NoResult", "the kernel sent back no result that the checks can read")}
+            return {
+                **kernel.NO_ANSWER,
+                "error": ("NoResult", "the kernel sent back no result that the checks can read"),
+            }
 
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
@@ -554,8 +527,8 @@ class Execute(nbgrader.preprocessors.Execute):
         if kernel.MIME in content.get("data", {}):
             return super().output(outs, msg, display_id, cell_index)
         if msg["msg_type"] == "error":  # always kept (it takes a graded cell's points), within the limit
-            content["evalue"], content["traceback"] = str(content.get("evalue", ""))[:2000], content["traceback"][-20:]
-            content["traceback"] = [line[:2000] for line in content["traceback"]]
+            content["evalue"] = str(content.get("evalue", ""))[:2000]
+            content["traceback"] = [line[:2000] for line in content["traceback"][-20:]]
             return super().output(outs, msg, display_id, cell_index)
         size = len(json.dumps(content, default=str))
         cell, total = self._out.get(cell_index, 0), self._out.get("total", 0)

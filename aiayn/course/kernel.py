@@ -13,7 +13,7 @@ Not about the paper: the exercises live in the chapters (book/) and course/.
 
 import base64
 import contextlib
-import importlib.util
+import importlib
 import io
 import os
 import signal
@@ -24,6 +24,7 @@ import types
 
 MIME = "application/vnd.aiayn.call+json"  # the result of one call, as the kernel displays it to the grader
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold
+NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 
 
 class _Timeout(BaseException):  # not an Exception: a student's `except Exception` does not swallow it
@@ -37,12 +38,10 @@ def serve(request: str, namespace: dict) -> None:
 
     req = torch.load(io.BytesIO(base64.b64decode(request)), weights_only=False)  # the grader's own inputs
     answer = run(req, namespace)
-    buffer = io.BytesIO()
     try:
-        torch.save(answer, buffer)
+        torch.save(answer, buffer := io.BytesIO())
     except Exception as err:
-        buffer = io.BytesIO()
-        torch.save({**answer, "value": None, "error": ("TypeError", str(err)[:300])}, buffer)
+        torch.save({**answer, "value": None, "error": ("TypeError", str(err)[:300])}, buffer := io.BytesIO())
     display({MIME: {"nonce": req["nonce"], "data": base64.b64encode(buffer.getvalue()).decode()}}, raw=True)
 
 
@@ -50,7 +49,7 @@ def run(req: dict, namespace: dict) -> dict:
     """Call the student's function named in ``req`` (found in ``namespace``) with its inputs: the answer as data."""
     import torch
 
-    answer = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
+    answer = dict(NO_ANSWER, calls=[])
     f = next((namespace[n] for n in req["names"] if callable(namespace.get(n))), None)
     if f is None:
         return {**answer, "missing": True}
@@ -119,11 +118,9 @@ def reference_source(path: str) -> tuple[str, str, object]:
     for i in range(1, path.count(".") + 1):  # the longest module path first
         module, qualname = path.rsplit(".", i)[0], ".".join(path.split(".")[-i:])
         try:
-            if importlib.util.find_spec(module) is None:
-                continue
-        except (ImportError, ValueError):
+            obj = importlib.import_module(module)
+        except ImportError:  # not a module: a shorter path is
             continue
-        obj = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
         return module, qualname, getattr(obj, "__func__", obj)
@@ -152,17 +149,15 @@ class Watch:
             mine = namespace
             for part in qualname.split("."):
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
-            found = _codes(obj) + (_codes(mine) if mine is not None else [])
+            found = _codes(obj) + _codes(mine)
             self.codes |= {id(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
                 self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
 
     def _operator(self, name: str) -> str | None:
-        op = name.removeprefix("aten::").strip("_")
-        for ref, path in self.operators.items():
-            if op == ref or (ref.startswith("scaled_dot_product") and op.startswith("scaled_dot_product")):
-                return path
-        return None
+        op, sdpa = name.removeprefix("aten::").strip("_"), "scaled_dot_product"  # any of its fused kernels
+        found = [p for ref, p in self.operators.items() if op == ref or (op.startswith(sdpa) and ref.startswith(sdpa))]
+        return found[0] if found else None
 
     def __call__(self, f, *args, _seconds: float = 0, **kwargs):
         def profile(frame, event, arg):

@@ -42,7 +42,7 @@ def cell_timeout(cell):
 
 c.Execute.timeout_func = cell_timeout
 c.Execute.interrupt_on_timeout = True
-c.Execute.sandbox = SANDBOX
+c.SandboxKernelManager.sandbox = SANDBOX
 c.Execute.notebook_seconds = NOTEBOOK
 c.Execute.cell_output = CELL_OUTPUT
 c.Execute.notebook_output = NOTEBOOK_OUTPUT
