@@ -3,16 +3,17 @@ alternating in one process: target tokens per second, sentence pairs per second,
 
     python benchmarks/cpu_levers.py                  # writes results/cpu_levers.json (about 10 min on 2 cores)
     python benchmarks/cpu_levers.py --steps 2 --rounds 1 --only recipe fp32 --out /tmp/levers.json   # a quick check
+    python benchmarks/cpu_levers.py --recipe cpu-fast --only recipe math_attention loop_adam   # against cpu-fast
 
-The recipe's training: the CPU recipe's model (aiayn.training.RECIPES["cpu"]) on real Multi30k batches of 4,096
-tokens sorted by length (§5.1), PyTorch's fused attention (``scaled_dot_product_attention``), the fused Adam step, the
-precision ``--precision auto`` picks here (bf16 with AMX or AVX-512 BF16, else fp32) and every core. Each variant
-changes one of these: the precision, the attention (Equation (1) written out, as chapter 2 writes it), the optimizer
-step (Adam's per-parameter loop), the batches (shuffled pairs, not sorted by length: more padding), the threads, the
-vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds torch.compile, whose compile time is reported
-apart. A vocabulary of another size cuts the same sentences into another number of tokens, so sentence pairs per second
-compare it fairly; the rest compare in target tokens. Speed only: which setting learns best per second is the recipe
-search's question (§6.1).
+The recipe's training: the CPU recipe's model (aiayn.training.RECIPES["cpu"], or "cpu-fast" with ``--recipe``) on real
+Multi30k batches of its size (4,096 tokens; 2,048 for cpu-fast) sorted by length (§5.1), PyTorch's fused attention
+(``scaled_dot_product_attention``), the fused Adam step, the precision ``--precision auto`` picks here (bf16 with AMX or
+AVX-512 BF16, else fp32) and every core. Each variant changes one of these: the precision, the attention (Equation (1)
+written out, as chapter 2 writes it), the optimizer step (Adam's per-parameter loop), the batches (shuffled pairs, not
+sorted by length: more padding), the threads, the vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds
+torch.compile, whose compile time is reported apart. A vocabulary of another size cuts the same sentences into another
+number of tokens, so sentence pairs per second compare it fairly; the rest compare in target tokens. Speed only: which
+setting learns best per second is the recipe search's question (§6.1).
 
 It also measures the cores' matmul peak (the fastest product of two 2,048 x 2,048 matrices, bf16 and fp32) and the
 share of it that the recipe's training reaches: its matmul and attention FLOPs per target token (counted by torch's
@@ -37,7 +38,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="alternate the variants this many times")
     p.add_argument("--only", nargs="*", choices=VARIANTS, help="measure these variants only")
     p.add_argument("--compile", action="store_true", help="add torch.compile (its compile time reported apart)")
-    p.add_argument("--out", default=str(ROOT / "results" / "cpu_levers.json"))
+    p.add_argument("--recipe", default="cpu", choices=["cpu", "cpu-fast"], help="whose training is the baseline")
+    p.add_argument("--out", help="default: results/cpu_levers.json (cpu), results/cpu_levers_fast.json (cpu-fast)")
     args = p.parse_args()
 
     import torch
@@ -51,7 +53,8 @@ def main() -> int:
     from aiayn.runs.provenance import cpu_features
     from aiayn.training import AMP_DTYPES, RECIPES, LabelSmoothingLoss, make_optimizer
 
-    recipe, threads = RECIPES["cpu"], torch.get_num_threads()
+    recipe, threads = RECIPES[args.recipe], torch.get_num_threads()
+    out = args.out or ROOT / "results" / f"cpu_levers{'_fast' * (args.recipe == 'cpu-fast')}.json"
     precision = run_precision(torch.device("cpu"))
     fast_attend = multi_head.attend
 
@@ -182,7 +185,7 @@ def main() -> int:
     report = {
         "matmul_peak_gflop_per_s": peak,
         "config": {
-            "recipe": "cpu",
+            "recipe": args.recipe,
             "precision": precision,
             "threads": threads,
             "steps": args.steps,
@@ -193,7 +196,7 @@ def main() -> int:
         "rounds": rounds,
         "cpu_features": cpu_features(),
     }
-    write(__import__("pathlib").Path(args.out), report, torch.device("cpu"))
+    write(__import__("pathlib").Path(out), report, torch.device("cpu"))
     return 0
 
 
