@@ -57,15 +57,16 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 # book/02_attention.ipynb: The fast path
 def attend(query, key, value, mask=None, dropout_p: float = 0.0,
-           need_weights: bool = False):
-    """Equation (1) by the fastest route: PyTorch's fused kernel, unless the
-    weights are wanted.
+           need_weights: bool = False, fused: bool = True):
+    """Equation (1) through PyTorch's fused kernel, unless the weights are
+    wanted or ``fused`` is False: then as ``attention`` writes it out.
 
     Returns (output, weights) if ``need_weights``, else (output, None).
     Masks as in ``attention``.
     """
-    if need_weights:
-        return attention(query, key, value, mask, dropout_p)
+    if need_weights or not fused:
+        out, weights = attention(query, key, value, mask, dropout_p)
+        return out, (weights if need_weights else None)
     sdpa = F.scaled_dot_product_attention
     if mask is None:
         return sdpa(query, key, value, dropout_p=dropout_p), None

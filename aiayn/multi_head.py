@@ -39,6 +39,7 @@ class MultiHeadAttention(nn.Module):
             d_k = d_model // h
         d_v = d_v or d_k
         self.h, self.d_k, self.d_v, self.P_drop = h, d_k, d_v, P_drop
+        self.fused = True  # Equation (1)'s route: see attend (chapter 2)
         # the h matrices W_i^Q side by side, and so on
         self.W_Q = nn.Linear(d_model, h * d_k)
         self.W_K = nn.Linear(d_model, h * d_k)
@@ -68,7 +69,8 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         dropout_p = self.P_drop if self.training else 0.0
         # (batch, h, len_q, d_v)
-        out, weights = attend(q, k, v, mask, dropout_p, need_weights)
+        out, weights = attend(q, k, v, mask, dropout_p, need_weights,
+                              self.fused)
         # (batch, len_q, h * d_v): Concat(head_1, ..., head_h)
         out = out.transpose(1, 2).flatten(-2)
         return self.W_O(out), weights

@@ -23,6 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from aiayn.model import TransformerConfig
+from aiayn.multi_head import MultiHeadAttention
 
 
 # book/10_training.ipynb: §5.3 The learning-rate schedule
@@ -66,6 +67,9 @@ RECIPES = {
         # level with 4,096 in ten minutes, within the spread of seeds in
         # results/cpu-variations; the search's later runs kept it
         "max_tokens": 2048,
+        # Equation (1) written out: more updates in the same time on a CPU
+        # (benchmarks/cpu_levers.py --recipe cpu-fast, §6.1), the same model
+        "attention": "written",
         "epochs": 16,  # the time budget ends training first
         "warmup": 400,  # the CPU recipe's schedule
         "factor": 0.64,
@@ -192,6 +196,8 @@ class TrainConfig:
     save_every: int | None = None  # also every this many updates (and epoch)
     patience: int | None = None  # epochs without a better validation loss
     precision: str = "auto"  # "auto", "bf16", "fp16", "fp32": see below
+    # Equation (1) through the fused kernel, or "written" out (chapter 2)
+    attention: str = "fused"
     compile: bool = False  # torch.compile the model for training
     log_every: int = 50  # updates between two reads of the loss
     seed: int = 0
@@ -574,6 +580,12 @@ class Run:
             model, c.d_model, cfg.warmup, cfg.factor,
             fused=self.device.type in ("cpu", "cuda") or None)
         self.scaler = make_scaler(self.precision, self.device)
+        if cfg.attention not in ("fused", "written"):
+            raise ValueError(f"attention={cfg.attention!r}: choose 'fused' "
+                             "or 'written'")
+        for layer in model.modules():
+            if isinstance(layer, MultiHeadAttention):
+                layer.fused = cfg.attention == "fused"
         random.seed(cfg.seed + self.rank)
         torch.manual_seed(cfg.seed + self.rank)  # ranks draw different masks
         self.progress = Progress()

@@ -100,6 +100,18 @@ def test_fast_path_equals_explicit(name):
     torch.testing.assert_close(fast, explicit, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", list(_masks()))
+def test_attend_written_out_is_the_explicit_formula_without_weights(name):
+    mask = _masks()[name]
+    q, k, v = qkv()
+    explicit, _ = attention(q, k, v, mask)
+    written, weights = attend(q, k, v, mask, fused=False)
+    assert weights is None
+    torch.testing.assert_close(written, explicit, rtol=0, atol=0)
+    _, wanted = attend(q, k, v, mask, need_weights=True, fused=False)
+    torch.testing.assert_close(wanted, attention(q, k, v, mask)[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("path", ["explicit", "fast"])
 def test_fully_masked_rows_are_zero_and_finite_with_finite_gradients(path):
     q, k, v = qkv(requires_grad=True)

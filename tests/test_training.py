@@ -72,6 +72,20 @@ def test_schedule_steps_once_per_update_with_accumulation():
     assert history["lr"] == [rate(1, 32, 10), rate(2, 32, 10)]
 
 
+def test_the_attention_setting_chooses_equation_1s_route_in_training():
+    """attention="written": every attention layer writes Equation (1) out, and the losses are the fused kernel's, to
+    rounding; a setting that is neither is refused before training."""
+    data = copy_batches(4, 4, 5, 14, seed=0)
+    fused, written = tiny(), tiny()
+    losses = train(fused, data, cfg=TrainConfig(warmup=10, max_updates=4, **QUIET))["loss"]
+    again = train(written, data, cfg=TrainConfig(warmup=10, max_updates=4, attention="written", **QUIET))["loss"]
+    layers = [m for m in written.modules() if hasattr(m, "fused")]
+    assert layers and not any(m.fused for m in layers) and all(m.fused for m in fused.modules() if hasattr(m, "fused"))
+    assert len(losses) == 4 and again == pytest.approx(losses, rel=1e-4)
+    with pytest.raises(ValueError, match="'fused' or 'written'"):
+        train(tiny(), data, cfg=TrainConfig(attention="flash", **QUIET))
+
+
 def _first_update_gradient(model, batches, accum):
     """The gradient the optimizer sees at the loop's first update (captured by a global step hook)."""
     seen = []

@@ -53,6 +53,10 @@ TRAIN_OPTIONS = {
         "AMX or AVX-512 BF16, else fp32",
         {"choices": ("auto", "bf16", "fp16", "fp32")},
     ),
+    "attention": (
+        "Equation (1) in training: through the fused kernel, or written out as chapter 2 writes it",
+        {"choices": ("fused", "written")},
+    ),
     "compile": ("torch.compile the model for training", {"action": "store_true"}),
     "progress": ("show a progress bar per epoch", {"action": "store_true"}),
     "seed": ("seed of the initialisation, the batches and dropout", {"type": int}),
