@@ -27,8 +27,7 @@ MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 
 
-class _Timeout(BaseException):  # not an Exception: a student's `except Exception` does not swallow it
-    pass
+class _Timeout(BaseException): ...  # not an Exception: a student's `except Exception` does not swallow it
 
 
 def serve(request: str, namespace: dict) -> None:
