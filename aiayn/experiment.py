@@ -113,6 +113,7 @@ class State:
     outputs: dict = field(default_factory=dict)
     reference_check: dict = None
     checks: dict = None
+    train_wall_start: float = 0.0  # the wall clock when training began (checkpoints' times are on it)
 
 
 def run(args: RunConfig, argv: list[str], started: float) -> dict | None:
@@ -150,7 +151,10 @@ def run(args: RunConfig, argv: list[str], started: float) -> dict | None:
         phase(state, args)
         phases[name] = time.perf_counter() - tick
     phases["total"] = time.perf_counter() - started
-    return write_metrics(state, args, phases)
+    metrics = write_metrics(state, args, phases)
+    if args.curve:
+        curve(state, args, phases["train"])
+    return metrics
 
 
 def setup(args: RunConfig, argv: list[str], out: Path, ckpt_dir: Path) -> State:
@@ -226,7 +230,9 @@ def _check_continued(path: Path, config: TransformerConfig, layers: str) -> None
 
 def train_phase(s: State, args: RunConfig, started: float) -> None:
     """Train within the time budget (or read the history of the checkpoints, --eval-only); note why it stopped."""
-    s.cfg = dataclasses.replace(args.train, ckpt_dir=str(s.ckpt_dir), keep_last=max(args.average_last, 2))
+    keep = 10**9 if args.curve else max(args.average_last, 2)
+    s.cfg = dataclasses.replace(args.train, ckpt_dir=str(s.ckpt_dir), keep_last=keep)
+    s.train_wall_start = time.time()
     s.cfg.precision = s.precision
     if args.time_budget is not None:
         s.cfg.max_seconds = started + args.time_budget - args.eval_reserve - time.perf_counter()
@@ -305,6 +311,31 @@ def decode_and_score(s: State, args: RunConfig) -> None:
     s.checks = run_checks(s.model, s.val_data, s.val, hypotheses)
     for warning in s.checks["warnings"]:
         print(f"WARNING: {warning}", file=sys.stderr, flush=True)
+
+
+def curve(s: State, args: RunConfig, train_s: float) -> None:
+    """After the run: val BLEU of every --curve'th checkpoint alone (and of the last), each at the training time when
+    it was saved, beside the averaged model's at the end of training (curve.json); then only the last
+    --average-last checkpoints stay."""
+    src_lang, tgt_lang = args.direction.split("-")
+    refs, paths, points = [t for _, t in data.load("val", src_lang, tgt_lang)], checkpoints(s.ckpt_dir), []
+    start = time.perf_counter()
+    for i, path in enumerate(paths):
+        if (i + 1) % args.curve and path != paths[-1]:
+            continue
+        ckpt = read_checkpoint(path)
+        s.model.load_state_dict(ckpt["model"])
+        ids = translate_ids(s.model, s.encoded.ids["val"][src_lang], BEAM, ALPHA, args.decode_batch, args.max_output)
+        bleu = score([s.encoded.tokenizer.decode(h) for h in ids], refs, tgt_lang)["tok_lc"]["score"]
+        step = ckpt["progress"]["step"]
+        points.append({"step": step, "train_s": path.stat().st_mtime - s.train_wall_start, "val_bleu": bleu})
+        print(f"curve: update {step}, {points[-1]['train_s']:.0f} s of training, val BLEU {bleu:.2f}", flush=True)
+    averaged = {"step": s.last["step"], "train_s": train_s, "val_bleu": s.scores.get("val", {}).get("tok_lc", {})}
+    averaged["val_bleu"] = averaged["val_bleu"].get("score")
+    report = {"points": points, "averaged": averaged, "every": args.curve, "seconds": time.perf_counter() - start}
+    _write_atomic(s.out / "curve.json", json.dumps(report, indent=1) + "\n")
+    for path in paths[: -args.average_last]:
+        path.unlink()
 
 
 def write_outputs(s: State, args: RunConfig) -> None:

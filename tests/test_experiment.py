@@ -270,6 +270,23 @@ def test_floor_layers_train_and_report(encoded_cache, tmp_path, one_thread):
     assert experiment.main([*base, "--out", str(tmp_path / "again"), "--max-updates", "3", "--resume"]) == 2
 
 
+def test_curve_scores_val_at_checkpoints_and_keeps_the_last(encoded_cache, tmp_path, one_thread):
+    """--curve 2: every second checkpoint (and the last) beam-searched on val, each at the training time it was saved,
+    beside the averaged model; the scratch folder keeps --average-last checkpoints; a resumed run gets no curve."""
+    out, ck = tmp_path / "curve", tmp_path / "ck"
+    argv = ["--direction", "en-de", "--ckpt-dir", str(ck), *TINY, "--max-updates", "5", "--save-every", "1"]
+    assert experiment.main([*argv, "--splits", "val", "--out", str(out), "--curve", "2"]) == 0
+    curve = json.loads((out / "curve.json").read_text())
+    assert [p["step"] for p in curve["points"]] == [2, 4, 5]
+    times = [p["train_s"] for p in curve["points"]]
+    assert times == sorted(times) and 0 < times[-1] <= curve["averaged"]["train_s"] + 1
+    assert all(0 <= p["val_bleu"] <= 100 for p in curve["points"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert curve["averaged"]["val_bleu"] == metrics["bleu"]["val"]["tok_lc"]["score"]
+    assert len(list(ck.glob("step_*.pt"))) == 2
+    assert experiment.main([*argv, "--out", str(tmp_path / "again"), "--curve", "2", "--resume"]) == 2
+
+
 def test_interrupted_run_resumes(encoded_cache, tmp_path):
     """A run killed with SIGKILL mid-training continues from its newest checkpoint with --resume."""
     import time

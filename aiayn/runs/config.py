@@ -98,6 +98,12 @@ class RunConfig:
     resume: bool = setting(False, "continue an interrupted run (a finished one says so)", action="store_true")
     eval_only: bool = setting(False, "skip training; evaluate the checkpoints there are", action="store_true")
     limit_train: int | None = setting(None, "use only N training batches per epoch (smoke tests)", type=int)
+    curve: int | None = setting(
+        None,
+        "keep every checkpoint; after the run, beam-search val with every Nth (not averaged): val BLEU against "
+        "training time, in curve.json (not part of --time-budget)",
+        type=int,
+    )
     decode_batch: int = setting(128, "sentences per beam-search batch", type=int)
     max_output: int | None = setting(
         None, "most output tokens per sentence (None: input length + 50, as in §6.1)", type=int
@@ -240,7 +246,7 @@ def check_options(args: RunConfig) -> None:
     make_config(args, PRESETS.get(args.preset, PRESETS["multi30k"]).vocab_size)
     settings = args.flat()
     for name in ("average_last", "max_tokens", "pad_multiple", "epochs", "warmup", "accum", "decode_batch",
-                 "max_output"):  # fmt: skip
+                 "max_output", "curve"):  # fmt: skip
         if settings[name] is not None and settings[name] < 1:
             raise ExperimentError(f"{_option(name)} must be at least 1, got {settings[name]}")
     if args.bpe_size <= 260:
@@ -251,6 +257,10 @@ def check_options(args: RunConfig) -> None:
         raise ExperimentError(f"--eps-ls must lie in [0, 1), got {args.train.eps_ls:g}")
     if args.resume and args.eval_only:
         raise ExperimentError("--resume continues training and --eval-only skips it: give one of them")
+    if args.curve and (args.resume or args.eval_only):
+        raise ExperimentError(
+            "--curve times the checkpoints of one uninterrupted training: drop --resume or --eval-only"
+        )
     try:
         choose_precision("cpu", args.train.precision)
     except ValueError as err:
