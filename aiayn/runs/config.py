@@ -101,7 +101,7 @@ class RunConfig:
     curve: int | None = setting(
         None,
         "keep every checkpoint; after the run, beam-search val with every Nth (not averaged): val BLEU against "
-        "training time, in curve.json (not part of --time-budget)",
+        "training time, in curve.json (after the run, outside its time budget)",
         type=int,
     )
     decode_batch: int = setting(128, "sentences per beam-search batch", type=int)
