@@ -26,12 +26,11 @@ def course(folder: Path, sandbox: bool, submissions: int) -> Path:
 
     c.write_course(folder, ["label_smoothing"], sandbox=sandbox)
     nbgrader(folder, "generate_assignment", "label_smoothing")
-    c.demo_submissions(folder)
-    alice = folder / "submitted" / "alice"
+    demos = [path.parents[1] for path in c.demo_submissions(folder)]  # submitted/<student>/label_smoothing/...
     for k in range(submissions):
-        shutil.copytree(alice, folder / "submitted" / f"student{k:02d}")
-    for demo in c.DEMO:
-        shutil.rmtree(folder / "submitted" / demo)
+        shutil.copytree(folder / "submitted" / "alice", folder / "submitted" / f"student{k:02d}")
+    for demo in demos:
+        shutil.rmtree(demo)
     return folder
 
 
