@@ -44,11 +44,11 @@ def main() -> int:
 
     import torch
 
-    from aiayn import corpus, multi_head
-    from aiayn.attention import attention
+    from aiayn import corpus
     from aiayn.batching import EpochBatches, collate
     from aiayn.floor import build
     from aiayn.model import PRESETS
+    from aiayn.multi_head import MultiHeadAttention
     from aiayn.runs.config import run_precision
     from aiayn.runs.provenance import cpu_features
     from aiayn.training import AMP_DTYPES, RECIPES, LabelSmoothingLoss, make_optimizer
@@ -56,10 +56,6 @@ def main() -> int:
     recipe, threads = RECIPES[args.recipe], torch.get_num_threads()
     out = args.out or ROOT / "results" / f"cpu_levers{'_fast' * (args.recipe == 'cpu-fast')}.json"
     precision = run_precision(torch.device("cpu"))
-    fast_attend = multi_head.attend
-
-    def math_attend(q, k, v, mask=None, dropout_p=0.0, need_weights=False):
-        return attention(q, k, v, mask, dropout_p)
 
     def unsorted(pairs, max_tokens):
         """Batches of pairs in a random order, cut at the same token budget: the padding of no length sorting."""
@@ -90,6 +86,9 @@ def main() -> int:
         config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer), **recipe["set"])
         torch.manual_seed(0)
         model = build(config).train()
+        for layer in model.modules():  # Equation (1)'s route, as TrainConfig.attention sets it
+            if isinstance(layer, MultiHeadAttention):
+                layer.fused = name != "math_attention"
         optimizer = make_optimizer(model, config.d_model, 400, 0.3, fused=name != "loop_adam")[0]
         if name == "loop_adam":
             optimizer.defaults["foreach"] = False
@@ -102,13 +101,11 @@ def main() -> int:
             "batches": batches,
             "precision": "fp32" if name == "fp32" else precision,
             "threads": 1 if name == "one_thread" else threads,
-            "attend": math_attend if name == "math_attention" else fast_attend,
         }
 
     def updates(v: dict, items) -> tuple[float, float]:
         """Target tokens and sentence pairs per second over ``items``, one update each."""
         torch.set_num_threads(v["threads"])
-        multi_head.attend = v["attend"]
         try:
             start, tokens, pairs = time.perf_counter(), 0, 0
             for src, tgt_in, tgt_out, n in items:
@@ -121,7 +118,6 @@ def main() -> int:
             seconds = time.perf_counter() - start
         finally:
             torch.set_num_threads(threads)
-            multi_head.attend = fast_attend
         return tokens / seconds, pairs / seconds
 
     def matmul_peak(dtype, n: int = 2048, repeats: int = 10) -> float:
