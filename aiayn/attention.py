@@ -34,7 +34,11 @@ def attention(query, key, value, mask=None, dropout_p: float = 0.0):
         mask, empty = _allow_empty_rows(mask)
         # the paper's "setting to -inf"
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)  # (..., len_q, len_k), rows sum to 1
+    # the softmax in fp32 at least, also where autocast makes the scores
+    # bf16 or fp16 (as PyTorch's fused kernel computes it)
+    at_least_fp32 = torch.promote_types(scores.dtype, torch.float32)
+    # (..., len_q, len_k), rows sum to 1
+    weights = scores.softmax(dim=-1, dtype=at_least_fp32).to(value.dtype)
     if mask is not None:
         weights = weights.masked_fill(empty, 0.0)
     if dropout_p > 0:

@@ -112,6 +112,21 @@ def test_attend_written_out_is_the_explicit_formula_without_weights(name):
     torch.testing.assert_close(wanted, attention(q, k, v, mask)[1], rtol=0, atol=0)
 
 
+def test_the_written_out_softmax_is_fp32_under_bf16_autocast():
+    """Autocast leaves a softmax of bf16 scores in bf16 on a CPU; the written-out route computes it in fp32, as the
+    fused kernel does, so the two routes agree to bf16 rounding of the output."""
+    q, k, v = qkv()
+    mask = subsequent_mask(k.size(-2))[: q.size(-2)]
+    with torch.autocast("cpu", torch.bfloat16):
+        written, _ = attend(q, k, v, mask, fused=False)
+        fused, _ = attend(q, k, v, mask)
+        _, weights = attention(q, k, v, mask)
+    exact, _ = attention(q, k, v, mask)
+    assert weights.dtype == torch.bfloat16
+    for out in (written, fused):
+        torch.testing.assert_close(out.float(), exact, rtol=0, atol=0.03)
+
+
 @pytest.mark.parametrize("path", ["explicit", "fast"])
 def test_fully_masked_rows_are_zero_and_finite_with_finite_gradients(path):
     q, k, v = qkv(requires_grad=True)

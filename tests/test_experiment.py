@@ -423,6 +423,26 @@ def test_benchmarks_run_quick_and_keep_out_of_results(multi30k_cache, tmp_path):
     assert report["batches"]["batches_per_epoch"] > 0 and report["loop"]["ratio_book_over_bare"] > 0
 
 
+def test_cpu_levers_measures_the_written_out_route(encoded_cache, tmp_path):
+    """benchmarks/cpu_levers.py, one short round (against the CPU recipe, whose vocabulary is cached): every variant
+    trains and is set against the recipe's rate."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "levers.json"
+    argv = ["--recipe", "cpu", "--steps", "1", "--rounds", "1", "--only", "recipe", "math_attention"]
+    done = subprocess.run(
+        [sys.executable, str(experiment.ROOT / "benchmarks" / "cpu_levers.py"), *argv, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["config"]["recipe"] == "cpu" and set(report["results"]) == {"recipe", "math_attention"}
+    assert all(v["ratio_tokens"] > 0 for v in report["results"].values())
+
+
 def test_recipe_fills_what_the_command_line_leaves_out():
     """--recipe cpu sets its settings; options given beside it win; without a recipe the defaults hold."""
     cpu = RECIPES["cpu"]
