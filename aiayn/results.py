@@ -28,10 +28,11 @@ CPU = "python -m aiayn.experiment --recipe cpu"
 RUNS = {  # stored run -> (whose layers, the command that writes it)
     "cpu-en-de": ("ours", f"{CPU} --direction en-de --out results/cpu-en-de"),
     "cpu-de-en": ("ours", f"{CPU} --direction de-en --out results/cpu-de-en"),
-    # ten minutes for the whole command (val and test 2016 only)
+    # ten minutes for the whole command (val and test 2016 only); --curve
+    # then scores checkpoints on val, after the ten minutes (curve.json)
     **{f"cpu-fast-{d}": ("ours", f"python -m aiayn.experiment --recipe "
-                                 f"cpu-fast --direction {d} --out "
-                                 f"results/cpu-fast-{d}")
+                                 f"cpu-fast --direction {d} --curve 2 "
+                                 f"--out results/cpu-fast-{d}")
        for d in DIRECTIONS},
     # the floor trains for as many updates as cpu-en-de did (its metrics.json
     # says how many): the same schedule, whatever else shares the machine
@@ -369,6 +370,28 @@ def search_table(runs: dict[str, dict]) -> pd.DataFrame:
             "warnings": len(m["warnings"]),
             "train min": m["provenance"]["wall_s"]["train"] / 60})
     return pd.DataFrame(rows).set_index("run")
+
+
+# book/12_results.ipynb: A ten-minute CPU recipe
+def plot_curves(curves: dict[str, dict]):
+    """Validation BLEU against minutes of training, one line per run
+    (label -> its curve.json): each checkpoint alone, and a star for the
+    average of the last ones at the end of training."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.6), dpi=100)
+    for i, (label, curve) in enumerate(curves.items()):
+        points = pd.DataFrame(curve["points"])
+        ax.plot(points["train_s"] / 60, points["val_bleu"], "o-", ms=3,
+                color=f"C{i}", label=label)
+        end = curve["averaged"]
+        ax.plot(end["train_s"] / 60, end["val_bleu"], "*", ms=11,
+                color=f"C{i}")
+    ax.set_xlabel("minutes of training on 2 CPU cores")
+    ax.set_ylabel("validation BLEU (lowercased, tokenised)")
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 # book/12_results.ipynb: Example translations
