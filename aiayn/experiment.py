@@ -330,8 +330,8 @@ def curve(s: State, args: RunConfig, train_s: float) -> None:
         step = ckpt["progress"]["step"]
         points.append({"step": step, "train_s": path.stat().st_mtime - s.train_wall_start, "val_bleu": bleu})
         print(f"curve: update {step}, {points[-1]['train_s']:.0f} s of training, val BLEU {bleu:.2f}", flush=True)
-    averaged = {"step": s.last["step"], "train_s": train_s, "val_bleu": s.scores.get("val", {}).get("tok_lc", {})}
-    averaged["val_bleu"] = averaged["val_bleu"].get("score")
+    val_bleu = s.scores["val"]["tok_lc"]["score"] if "val" in s.scores else None
+    averaged = {"step": s.last["step"], "train_s": train_s, "val_bleu": val_bleu}
     report = {"points": points, "averaged": averaged, "every": args.curve, "seconds": time.perf_counter() - start}
     _write_atomic(s.out / "curve.json", json.dumps(report, indent=1) + "\n")
     for path in paths[: -args.average_last]:
