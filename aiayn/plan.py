@@ -36,7 +36,7 @@ from aiayn import ROOT, corpus, variations
 from aiayn.runs import config as run_config
 from aiayn.runs import launch
 
-STAGES = ("search", "final", "speed")
+STAGES = ("search", "recipes", "final", "speed")
 FINAL_RUNS = {
     "gpu-en-de": ("en-de", "aiayn"),
     "gpu-de-en": ("de-en", "aiayn"),
@@ -82,6 +82,21 @@ PROFILES = {
             "budget": 250,
             "total": 530,
             "settings": {"max_tokens": 4096, "warmup": 1000, "factor": 0.5},
+        },
+        # candidate recipes against the gpu recipe, three seeds each, scored on val (the choice) and test 2016
+        "recipes": {
+            "parallel": 16,
+            "budget": 480,
+            "eval_reserve": 80,
+            "seeds": [0, 1, 2],
+            "reverse_seeds": [0],
+            "settings": {"recipe": "gpu"},
+            "candidates": {
+                "gpu": {},
+                "gpu-16k": {"max_tokens": 16384},
+                "wide-p3": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"]},
+                "wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384},
+            },
         },
         "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
         "speed": [
@@ -141,6 +156,15 @@ PROFILES = {
                 "max_output": 6,
                 "eval_reserve": 40,
             },
+        },
+        "recipes": {
+            "parallel": 2,
+            "budget": 60,
+            "eval_reserve": 40,
+            "seeds": [0],
+            "reverse_seeds": [],
+            "settings": {**TINY, "max_output": 6},
+            "candidates": {"tiny": {}, "tiny-p3": {"set": ["P_drop=0.3"]}},
         },
         "final": {
             "parallel": 2,
@@ -307,6 +331,75 @@ def recipe_config(recipe: dict | None, settings: dict) -> run_config.RunConfig:
         config = config.replace(**recipe["options"])
     config.set = run_config.merge_set(config.set, changes)
     return config
+
+
+def _bleu(run: Path, split: str) -> float | None:
+    """A run's lowercased tokenised BLEU on a split (the literature's; sacreBLEU's when sacremoses is missing)."""
+    path = run / "metrics.json"
+    if not path.exists():
+        return None
+    scores = json.loads(path.read_text())["bleu"].get(split)
+    return (scores.get("tok_lc") or scores["sacrebleu"])["score"] if scores else None
+
+
+def _spread(values: list[float | None]) -> dict:
+    """Mean, lowest and highest of the values there are, and how many there are."""
+    done = [v for v in values if v is not None]
+    mean = sum(done) / len(done) if done else None
+    return {"mean": mean, "min": min(done, default=None), "max": max(done, default=None), "n": len(done)}
+
+
+def recipes(profile: dict, out: Path, scratch: Path) -> dict:
+    """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
+    The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose."""
+    p = profile["recipes"]
+    common = recipe_config(None, {"bpe_size": profile["bpe_size"], **p["settings"]})
+    corpus.encoded(common.bpe_size)
+    runs, spec = {}, {}
+    for name, changes in p["candidates"].items():
+        config = common.replace(**{k: v for k, v in changes.items() if k != "set"})
+        config.set = run_config.merge_set(config.set, dict(x.partition("=")[::2] for x in changes.get("set", [])))
+        for direction, seeds in (("en-de", p["seeds"]), ("de-en", p["reverse_seeds"])):
+            for seed in seeds:
+                run = f"{name}/{direction}-seed{seed}"
+                spec[run] = (name, direction)
+                runs[run] = run_config.to_argv(
+                    config.replace(
+                        direction=direction,
+                        seed=seed,
+                        splits=["val", "test2016"],
+                        out=str(out / run),
+                        ckpt_dir=str(scratch / run),
+                        time_budget=float(p["budget"]),
+                        eval_reserve=float(p["eval_reserve"]),
+                    )
+                )
+                shutil.rmtree(scratch / run, ignore_errors=True)
+    codes = _experiments(runs, out / "logs", p["parallel"])
+    report = {"candidates": {}, "codes": codes}
+    for name, changes in p["candidates"].items():
+        row = {"changes": changes}
+        for direction in ("en-de", "de-en"):
+            names = [r for r, (c, d) in spec.items() if c == name and d == direction]
+            row[direction] = {split: _spread([_bleu(out / r, split) for r in names]) for split in ("val", "test2016")}
+        report["candidates"][name] = row
+    scored = {n: r["en-de"]["val"]["mean"] for n, r in report["candidates"].items()}
+    scored = {n: v for n, v in scored.items() if v is not None}
+    report["chosen"] = max(scored, key=scored.get) if scored else None
+    report["provenance"] = _provenance("recipes")
+    (out / "recipes.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    for name, row in report["candidates"].items():
+        cells = [
+            f"{d} {s} {row[d][s]['mean']:.2f} ({row[d][s]['min']:.2f}-{row[d][s]['max']:.2f}, n={row[d][s]['n']})"
+            for d in ("en-de", "de-en")
+            for s in ("val", "test2016")
+            if row[d][s]["n"]
+        ]
+        print(f"{name}: " + "; ".join(cells), flush=True)
+    print(f"recipe, chosen on validation BLEU: {report['chosen']}", flush=True)
+    for run in runs:
+        shutil.rmtree(scratch / run, ignore_errors=True)
+    return report
 
 
 def final(profile: dict, out: Path, scratch: Path, recipe_path: Path | None) -> dict[str, int]:
@@ -516,6 +609,8 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
     if stage == "search":
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
+    elif stage == "recipes":
+        failed = [name for name, code in recipes(profile, out, scratch)["codes"].items() if code]
     elif stage == "final":
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]
     elif stage == "speed":
