@@ -7,6 +7,7 @@ the profile: model sizes, time budgets and how many runs share the device.
 
     python -m aiayn.plan show [--profile gpu]          # every stage's commands
     python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3 on val
+    python -m aiayn.plan run recipes --out DIR         # candidate recipes side by side, 3 seeds each, chosen on val
     python -m aiayn.plan run final --out DIR           # both directions and the floor (--recipe gpu), more seeds;
                                                        # the decoding benchmark; pretrained files
     python -m aiayn.plan run speed --out DIR           # the benchmarks, the fp16 path (again: what did not fit)
@@ -43,6 +44,7 @@ FINAL_RUNS = {
     "gpu-floor-en-de": ("en-de", "torch"),
     "gpu-floor-de-en": ("de-en", "torch"),
 }
+RECIPES = "gpu-recipes"  # the recipes stage's folder: candidate recipes, several seeds each
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
 # Table 3's rows as the GPU stage trains them (results/variations)
 TABLE3 = [
@@ -351,8 +353,9 @@ def _spread(values: list[float | None]) -> dict:
 
 def recipes(profile: dict, out: Path, scratch: Path) -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
-    The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose."""
-    p = profile["recipes"]
+    The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
+    Writes `out`/gpu-recipes/: a folder of runs per candidate, their logs, and recipes.json."""
+    p, out, scratch = profile["recipes"], out / RECIPES, scratch / RECIPES
     common = recipe_config(None, {"bpe_size": profile["bpe_size"], **p["settings"]})
     corpus.encoded(common.bpe_size)
     runs, spec = {}, {}
@@ -522,6 +525,12 @@ def show(profile_name: str) -> str:
         f"search: {', '.join(map(str, s['concurrency']))} training runs at once for {s['budget']} s each; "
         f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
         f"then recipe.json, the row with the best val BLEU"
+    )
+    r = profile["recipes"]
+    lines.append(
+        f"recipes: {', '.join(r['candidates'])} on {' '.join(_flags(r['settings']))}, EN→DE seeds "
+        f"{', '.join(map(str, r['seeds']))} and DE→EN seeds {', '.join(map(str, r['reverse_seeds'])) or 'none'}, "
+        f"{r['parallel']} at once, --time-budget {r['budget']}; then {RECIPES}/recipes.json, the best on val BLEU"
     )
     seeds = f", and seeds {', '.join(map(str, f['seeds']))} of both directions" if f["seeds"] else ""
     lines.append(

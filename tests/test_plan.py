@@ -41,7 +41,7 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     out, done, untouched = rehearsal
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((out / "rehearsal.json").read_text())
-    assert report["stages"] == {"search": 0, "final": 0, "speed": 0}
+    assert report["stages"] == {"search": 0, "recipes": 0, "final": 0, "speed": 0}
     assert report["chapters"] == {"12_results": "ok", "13_variations": "ok"}
     assert untouched, "the rehearsal changed results/, pretrained/ or aiayn/pretrained.json"
     recipe = json.loads((out / "recipe.json").read_text())
@@ -49,6 +49,15 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     summary = json.loads((out / "variations" / "summary.json").read_text())
     assert {r["row"] for r in summary["runs"]} == {"base", "A-h1", "R-factor1"} and summary["failed"] == []
     assert recipe["val_bleu_mean"] == max(r["val_bleu_mean"] for r in summary["by_row"].values())
+    chosen = json.loads((out / plan.RECIPES / "recipes.json").read_text())
+    means = {name: row["en-de"]["val"]["mean"] for name, row in chosen["candidates"].items()}
+    assert set(means) == set(plan.PROFILES["tiny"]["recipes"]["candidates"]) and None not in means.values()
+    assert chosen["chosen"] == max(means, key=means.get) and set(chosen["codes"].values()) == {0}
+    for name, changes in plan.PROFILES["tiny"]["recipes"]["candidates"].items():
+        metrics = json.loads((out / plan.RECIPES / name / "en-de-seed0" / "metrics.json").read_text())
+        assert set(metrics["bleu"]) == {"val", "test2016"}
+        for field, value in (pair.split("=") for pair in changes.get("set", [])):
+            assert float(metrics["model_config"][field]) == float(value), (name, field)
     for name, (direction, layers) in plan.FINAL_RUNS.items():
         metrics = json.loads((out / name / "metrics.json").read_text())
         assert (metrics["direction"], metrics["layers"]) == (direction, layers)
@@ -99,6 +108,7 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "cpu-seeds",
             "cpu-variations",
             "gpu-search",
+            "gpu-floor-16k",
         }, (name, missing)
     assert "floor" in json.dumps(json.loads((out / "chapters" / "12_results.ipynb").read_text()))
 
