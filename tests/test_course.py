@@ -313,6 +313,15 @@ def test_static_flags_name_what_reaches_past_the_function():
         "._getframe", ".f_back", ".f_globals", ".ops", "exec", "getattr with a computed name", "import gc",
         "import sys",
     ]  # fmt: skip
+    hidden = (
+        "import aiayn.course.kernel as K\nfrom aiayn import course\nfrom aiayn.training import LabelSmoothingLoss\n"
+        "import torch.nn.functional as G\nK.run = print\nG.log_softmax = print\ndel torch.autograd.grad\n"
+        "x.grad = None\nloss = torch.jit.script(training.LabelSmoothingLoss(0.1, 0))"
+    )
+    assert grader.suspect(hidden, {"K", "G"}, {"LabelSmoothingLoss"}) == [
+        ".jit", "a change to G.log_softmax", "a change to K.run", "a change to torch.autograd.grad",
+        "import aiayn.course", "import aiayn.course.kernel", "the book's LabelSmoothingLoss",
+    ]  # fmt: skip
     source = inspect.getsource(rate)
     edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
     refs = grader.references([ASSIGNMENTS["schedule"]], [])
@@ -608,12 +617,21 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     "o_processes": ("right", "import subprocess\nkids = [subprocess.Popen(['sleep', '5']) for _ in range(200)]"),
     "p_symlink": ("right", ""),
     "q_slow": ("right", "import time\ntime.sleep(7.5)"),
+    "r_floods_past_a_message": ("right", "import sys\nsys.stdout.write('y' * 9_000_000)"),  # over 8 MiB at once
+    "s_ships_a_package": ("right", ""),  # an aiayn/ of its own beside the notebook, which no import finds
+    "t_hides_its_call": (
+        "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
+        "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
+        "    return answer\nK.run = quiet\ndef warmup_cosine(step, peak, warmup, total):\n"
+        "    rate(step + 1, 512, warmup)\n    return inner(step, peak, warmup, total)",
+        "",
+    ),
 }
 
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of seventeen submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -656,6 +674,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         answers = {k: v.replace("{package}", str(package)) for k, v in answers.items()}
         _submit(root, "schedule", student, answers, edit_for(extra, student))
     (root / "submitted/p_symlink/schedule/notes.txt").symlink_to(root / "gradebook.db")
+    (root / "submitted/s_ships_a_package/schedule/aiayn").mkdir()
+    (root / "submitted/s_ships_a_package/schedule/aiayn/__init__.py").write_text("raise ImportError('its own')")
     protected = [*package.rglob("*.py"), root / "source/schedule/schedule.ipynb"]
     protected += sorted((root / "submitted").glob("*/schedule/schedule.ipynb"))
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
@@ -701,6 +721,9 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "n_memory": total,
         "o_processes": total,
         "q_slow": 0,
+        "r_floods_past_a_message": total,
+        "s_ships_a_package": total,
+        "t_hides_its_call": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -715,12 +738,16 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
     assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
+    assert "its output did not reach the grader: a message of over 8 MiB" in blocks["r_floods_past_a_message"]
     assert "the notebook ran past its time limit (60 s)" in blocks["q_slow"]
     assert "FLAG calls aiayn.training.rate" in blocks["j_book_in_a_thread"]
     assert "FLAG resembles the book's solution (warmup_cosine)" in blocks["k_pasted"]
     for sly in ("c_undoes_the_sandbox", "f_forges", "g_patches", "h_reads_checks", "i_searches_frames"):
         assert "FLAG uses" in blocks[sly], sly
-    assert "FLAG" not in blocks["a_honest"] + blocks["d_stuck_in_c"] + blocks["n_memory"]
+    for flag in ("import aiayn.course.kernel", "the book's rate", "a change to K.run"):
+        assert flag in blocks["t_hides_its_call"], flag
+    for honest in ("a_honest", "d_stuck_in_c", "n_memory", "s_ships_a_package"):
+        assert "FLAG" not in blocks[honest], honest
 
 
 def test_a_call_of_the_chapters_own_function_earns_nothing_and_a_pasted_copy_is_flagged():

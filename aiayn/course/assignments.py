@@ -44,13 +44,12 @@ def _slug(stem: str) -> str:
 
 
 def _defined_names(source: str) -> list[str]:
-    """Top-level functions, classes and assigned names of a cell, in order."""
+    """Top-level functions, classes and assigned names of a cell, in order (none when it is not Python)."""
     try:
-        tree = ast.parse(source)
+        body, names = ast.parse(source).body, []
     except SyntaxError:
-        return re.findall(r"^(?:def|class)\s+([A-Za-z_]\w*)", source, re.M)
-    names = []
-    for node in tree.body:
+        return []
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif isinstance(node, ast.Assign):
@@ -256,6 +255,8 @@ def _cell_lines(nb) -> list[str]:
         elif error.startswith("NotebookTimeLimit") and not stopped:
             stopped = True
             lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
+        if error.startswith("OutputLost"):
+            lines.append(f"cell {i}: {error.split(': ', 1)[1]}")
         if "[output cut: past the " in text:
             lines.append(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}")
         if error and not error.startswith("stopped: ") and meta.get("grade"):

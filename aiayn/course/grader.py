@@ -12,7 +12,9 @@ Not about the paper: the exercises live in the chapters (book/) and course/, and
 """
 
 import ast
+import asyncio
 import base64
+import contextlib
 import copy
 import difflib
 import io
@@ -33,8 +35,8 @@ from queue import Empty
 import nbformat
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
-from jupyter_core.utils import ensure_async
-from nbclient.exceptions import DeadKernelError
+from jupyter_core.utils import ensure_async, run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import Execute as NbGraderExecute
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -72,8 +74,6 @@ def refuse_odd_submissions() -> None:
     files fails alone (nbgrader logs the reason, grades the others and exits with status 1)."""
     from nbgrader.converters import Autograde
 
-    if getattr(Autograde.init_assignment, "checks_files", False):
-        return
     original = Autograde.init_assignment
 
     def init_assignment(self, assignment_id, student_id):
@@ -81,7 +81,6 @@ def refuse_odd_submissions() -> None:
             raise ValueError(f"{student_id}/{assignment_id} not graded: {'; '.join(problems[:3])}")
         return original(self, assignment_id, student_id)
 
-    init_assignment.checks_files = True
     Autograde.init_assignment = init_assignment
 
 
@@ -164,6 +163,8 @@ SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", 
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
+SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
+MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
@@ -177,10 +178,11 @@ def _nodes(source: str) -> list:
         return []
 
 
-def suspect(source: str) -> list[str]:
+def suspect(source: str, modules=(), book=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
-    modules, torch's operator registry, code built from strings."""
-    found = []
+    modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
+    student's cells import), and ``book``: the book's own implementation of what the student was asked to write."""
+    found, modules = [], MODULES | set(modules)
     for n in _nodes(source):
         if isinstance(n, ast.Name) and n.id in SUSPECT_CALLS:
             found.append(n.id)
@@ -189,8 +191,18 @@ def suspect(source: str) -> list[str]:
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             found.append(f".{n.attr}")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
-            found += [f"import {m}" for m in modules if m.split(".")[0] in SUSPECT_MODULES]
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
+            found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m[:12] == "aiayn.course"]
+            found += [f"the book's {a.name}" for a in n.names if a.name in book or a.name == "*"]
+        if {getattr(n, "id", None), getattr(n, "attr", None)} & set(book):
+            found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
+        for target in getattr(n, "targets", []) + [getattr(n, "target", None)]:  # assigned or deleted
+            root = target
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if root is not target and getattr(root, "id", None) in modules:
+                found.append(f"a change to {ast.unparse(target)}")
     return sorted(set(found))
 
 
@@ -343,7 +355,8 @@ class SandboxKernelManager(AsyncKernelManager):
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
         env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": "/tmp", "USER": "student"}
-        env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve()}
+        env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve(), "PYTHONSAFEPATH": 1}  # no module of its
+        # own folder stands in for the book's package, or for the module that answers calls
         env["AIAYN_PRETRAINED"] = data.pretrained_dir().resolve()
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
@@ -379,11 +392,9 @@ class Execute(NbGraderExecute):
     cell_output = Integer(100_000, help="characters of output kept per cell").tag(config=True)
     notebook_output = Integer(1_000_000, help="characters of output kept per notebook").tag(config=True)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.kernel_manager_class = SandboxKernelManager
-        self.raise_on_iopub_timeout = False  # a message refused for its size never arrives: the cell still ends
-        self._call_timeout = None
+    kernel_manager_class = SandboxKernelManager
+    raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
+    _call_timeout = None
 
     def preprocess(self, nb, resources=None, km=None):
         from aiayn.course.checks import ASSIGNMENTS
@@ -411,20 +422,26 @@ class Execute(NbGraderExecute):
 
         ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
         graded = {a for key, (a, _) in self._checks.items() if key in ids}
-        info, solutions = (resources or {}).get("nbgrader", {}), []
+        info, solutions, source = (resources or {}).get("nbgrader", {}), [], nbformat.v4.new_notebook()
         if "assignment" in info:
             folder = CourseDirectory(config=self.config).format_path("source", ".", info["assignment"])
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 source = nbformat.read(Path(folder) / f"{info['notebook']}.ipynb", as_version=4)
-            except (OSError, ValueError):
-                source = nbformat.v4.new_notebook()
             solutions = [c.source.replace(BEGIN, "").replace(END, "") for c in source.cells if has_solution(c.source)]
         refs = references([assignments[a] for a in graded if a in assignments], solutions)
-        for cell in nb.cells:
-            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("locked"):
-                flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source)] if found]
-                if flags := flags + near_copies(cell.source, refs):
-                    cell.metadata.setdefault("aiayn", {})["flags"] = flags
+        book_cells = {c.source.strip() for c in source.cells}
+        mine = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("locked")]
+        mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells, as released
+        trees = [n for c in mine for n in _nodes(c.source)]
+        imports = [n for n in trees if isinstance(n, (ast.Import, ast.ImportFrom))]
+        modules = {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
+        defined = {n.name for n in trees if isinstance(n, DEFINITIONS)}
+        defined |= {n.id for n in trees if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
+        for cell in mine:
+            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book - defined)] if found]
+            if flags := flags + near_copies(cell.source, refs):
+                cell.metadata.setdefault("aiayn", {})["flags"] = flags
 
     def _get_timeout(self, cell):
         timeout = self._call_timeout or super()._get_timeout(cell) or self.notebook_seconds
@@ -490,10 +507,10 @@ class Execute(NbGraderExecute):
 
     def _call(self, request: dict, index: int) -> dict:
         """One call of the student's function, in the kernel: the request goes in as code, the answer comes back as
-        data (only tensors, numbers, strings and containers of them can be read back)."""
+        data in a file of the kernel's folder (only tensors, numbers, strings and containers of them can be read)."""
         import torch
 
-        request["nonce"] = nonce = secrets.token_hex(16)
+        request["answer"] = path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         probe = nbformat.v4.new_code_cell(
@@ -506,27 +523,23 @@ class Execute(NbGraderExecute):
             raise StuckCell("ended its kernel (out of memory, killed or exited)") from None
         finally:
             self._call_timeout = None
-        answers = [o.data[kernel.MIME] for o in probe.outputs if kernel.MIME in o.get("data", {})]
-        answers = [a for a in answers if isinstance(a, dict) and a.get("nonce") == nonce and "data" in a]
-        if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
-            return {**kernel.NO_ANSWER, "timeout": True}
         try:
-            answer = torch.load(io.BytesIO(base64.b64decode(answers[-1]["data"])), weights_only=True)
-            assert (
-                isinstance(answer, dict) and set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
-            )
+            if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
+                return {**kernel.NO_ANSWER, "timeout": True}
+            # a regular file that the kernel wrote, never a link or a pipe put in its place
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
+                assert stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+                answer = torch.load(file, weights_only=True)
+            assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
             return answer
         except Exception:  # no answer, or one that is not data
-            return {
-                **kernel.NO_ANSWER,
-                "error": ("NoResult", "the kernel sent back no result that the checks can read"),
-            }
+            return {**kernel.NO_ANSWER, "error": ("NoResult", "the kernel sent back no result the checks can read")}
+        finally:
+            Path(path).unlink(missing_ok=True)
 
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
         content = msg.get("content", {})
-        if kernel.MIME in content.get("data", {}):
-            return super().output(outs, msg, display_id, cell_index)
         if msg["msg_type"] == "error":  # always kept (it takes a graded cell's points), within the limit
             content["evalue"] = str(content.get("evalue", ""))[:2000]
             content["traceback"] = [line[:2000] for line in content["traceback"][-20:]]
@@ -543,6 +556,24 @@ class Execute(NbGraderExecute):
             return None
         self._out[cell_index], self._out["total"] = cell + size, total + size
         return super().output(outs, msg, display_id, cell_index)
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        """nbclient's, but a cell whose output never arrives (a message over the size limit, refused, breaks the
+        connection it came by) fails with a note, and the cells after it get a new connection."""
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except CellTimeoutError as err:
+            if "IOPub" not in str(err):
+                raise
+            self.kc.iopub_channel.close()
+            self.kc._iopub_channel = None
+            self.kc.iopub_channel  # noqa: B018 (a new connection, whose subscription reaches the kernel meanwhile)
+            await asyncio.sleep(0.5)
+            why = f"its output did not reach the grader: a message of over {MAX_MESSAGE >> 20} MiB"
+            cell.outputs.append(_error_output("OutputLost", why))
+            return cell
+
+    execute_cell = run_sync(async_execute_cell)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         self.log.error("cell %s: no reply within %s s; interrupting the kernel", self._cell, timeout)
