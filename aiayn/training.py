@@ -70,6 +70,9 @@ RECIPES = {
         # Equation (1) written out: more updates in the same time on a CPU
         # (benchmarks/cpu_levers.py --recipe cpu-fast, §6.1), the same model
         "attention": "written",
+        # Adam's loop, not its fused kernel: more updates in the same time on
+        # a CPU (benchmarks/cpu_levers.py --recipe cpu-fast), the same updates
+        "adam": "loop",
         "epochs": 16,  # the time budget ends training first
         "warmup": 400,  # the CPU recipe's schedule
         "factor": 0.64,
@@ -198,6 +201,9 @@ class TrainConfig:
     precision: str = "auto"  # "auto", "bf16", "fp16", "fp32": see below
     # Equation (1) through the fused kernel, or "written" out (chapter 2)
     attention: str = "fused"
+    # Adam's step: one fused kernel, or PyTorch's own choice (on a CPU, a
+    # loop over the parameters)
+    adam: str = "fused"
     compile: bool = False  # torch.compile the model for training
     log_every: int = 50  # updates between two reads of the loss
     seed: int = 0
@@ -576,13 +582,15 @@ class Run:
         c = model.config
         eps_ls = c.eps_ls if cfg.eps_ls is None else cfg.eps_ls
         self.loss_fn = LabelSmoothingLoss(eps_ls, c.pad_id)
-        self.optimizer, self.scheduler = make_optimizer(  # fused: one kernel
-            model, c.d_model, cfg.warmup, cfg.factor,
-            fused=self.device.type in ("cpu", "cuda") or None)
-        self.scaler = make_scaler(self.precision, self.device)
         if cfg.attention not in ("fused", "written"):
             raise ValueError(f"attention={cfg.attention!r}: choose 'fused' "
                              "or 'written'")
+        if cfg.adam not in ("fused", "loop"):
+            raise ValueError(f"adam={cfg.adam!r}: choose 'fused' or 'loop'")
+        fused = self.device.type in ("cpu", "cuda") and cfg.adam == "fused"
+        self.optimizer, self.scheduler = make_optimizer(  # fused: one kernel
+            model, c.d_model, cfg.warmup, cfg.factor, fused=fused or None)
+        self.scaler = make_scaler(self.precision, self.device)
         for layer in model.modules():
             if isinstance(layer, MultiHeadAttention):
                 layer.fused = cfg.attention == "fused"

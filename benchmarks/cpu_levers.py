@@ -3,18 +3,18 @@ alternating in one process: target tokens per second, sentence pairs per second,
 
     python benchmarks/cpu_levers.py                  # writes results/cpu_levers.json (about 10 min on 2 cores)
     python benchmarks/cpu_levers.py --steps 2 --rounds 1 --only recipe fp32 --out /tmp/levers.json   # a quick check
-    python benchmarks/cpu_levers.py --recipe cpu-fast --only recipe math_attention loop_adam   # against cpu-fast
+    python benchmarks/cpu_levers.py --recipe cpu-fast --only recipe fp32 fused_attention fused_adam   # against cpu-fast
 
 The recipe's training: the CPU recipe's model (aiayn.training.RECIPES["cpu"], or "cpu-fast" with ``--recipe``) on real
 Multi30k batches of its size (4,096 tokens; 2,048 for cpu-fast) sorted by length (§5.1), the recipe's attention
-(PyTorch's fused ``scaled_dot_product_attention``; Equation (1) written out for cpu-fast), the fused Adam step, the
-precision ``--precision auto`` picks here (bf16 with AMX or AVX-512 BF16, else fp32) and every core. Each variant
-changes one of these: the precision, the attention (Equation (1) written out, as chapter 2 writes it, or fused), the
-optimizer step (Adam's per-parameter loop), the batches (shuffled pairs, not sorted by length: more padding), the
-threads, the vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds torch.compile, whose compile time is
-reported apart. A vocabulary of another size cuts the same sentences into another number of tokens, so sentence pairs
-per second compare it fairly; the rest compare in target tokens. Speed only: which setting learns best per second is
-the recipe search's question (§6.1).
+(PyTorch's fused ``scaled_dot_product_attention``; Equation (1) written out for cpu-fast), the recipe's Adam step
+(fused; a loop for cpu-fast), the precision ``--precision auto`` picks here (bf16 with AMX or AVX-512 BF16, else fp32)
+and every core. Each variant changes one of these: the precision, the attention (Equation (1) written out, as chapter 2
+writes it, or fused), the optimizer step (Adam's per-parameter loop, or fused), the batches (shuffled pairs, not sorted
+by length: more padding), the threads, the vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds
+torch.compile, whose compile time is reported apart. A vocabulary of another size cuts the same sentences into another
+number of tokens, so sentence pairs per second compare it fairly; the rest compare in target tokens. Speed only: which
+setting learns best per second is the recipe search's question (§6.1).
 
 It also measures the cores' matmul peak (the fastest product of two 2,048 x 2,048 matrices, bf16 and fp32) and the
 share of it that the recipe's training reaches: its matmul and attention FLOPs per target token (counted by torch's
@@ -29,8 +29,8 @@ import time
 
 from _common import ROOT, write
 
-VARIANTS = ("recipe", "fp32", "math_attention", "fused_attention", "loop_adam", "unsorted", "one_thread", "bpe4000",
-            "tokens2048", "tokens8192")  # fmt: skip
+VARIANTS = ("recipe", "fp32", "math_attention", "fused_attention", "loop_adam", "fused_adam", "unsorted", "one_thread",
+            "bpe4000", "tokens2048", "tokens8192")  # fmt: skip
 
 
 def main() -> int:
@@ -57,7 +57,7 @@ def main() -> int:
     recipe, threads = RECIPES[args.recipe], torch.get_num_threads()
     out = args.out or ROOT / "results" / f"cpu_levers{'_fast' * (args.recipe == 'cpu-fast')}.json"
     precision = run_precision(torch.device("cpu"))
-    fused = recipe.get("attention", "fused") == "fused"
+    fused, fused_adam = (recipe.get(k, "fused") == "fused" for k in ("attention", "adam"))
 
     def unsorted(pairs, max_tokens):
         """Batches of pairs in a random order, cut at the same token budget: the padding of no length sorting."""
@@ -91,8 +91,9 @@ def main() -> int:
         for layer in model.modules():  # Equation (1)'s route, as TrainConfig.attention sets it
             if isinstance(layer, MultiHeadAttention):
                 layer.fused = {"math_attention": False, "fused_attention": True}.get(name, fused)
-        optimizer = make_optimizer(model, config.d_model, 400, 0.3, fused=name != "loop_adam")[0]
-        if name == "loop_adam":
+        adam = {"loop_adam": False, "fused_adam": True}.get(name, fused_adam)
+        optimizer = make_optimizer(model, config.d_model, 400, 0.3, fused=adam)[0]
+        if not adam:
             optimizer.defaults["foreach"] = False
             for group in optimizer.param_groups:
                 group["foreach"] = False

@@ -15,6 +15,7 @@ from aiayn.training import (
     CheckpointError,
     LabelSmoothingLoss,
     Progress,
+    Run,
     TrainConfig,
     checkpoints,
     choose_precision,
@@ -84,6 +85,26 @@ def test_the_attention_setting_chooses_equation_1s_route_in_training():
     assert len(losses) == 4 and again == pytest.approx(losses, rel=1e-4)
     with pytest.raises(ValueError, match="'fused' or 'written'"):
         train(tiny(), data, cfg=TrainConfig(attention="flash", **QUIET))
+
+
+def test_the_adam_setting_chooses_its_step_and_the_updates_agree():
+    """adam="loop": Adam steps through PyTorch's loop over the parameters, not its fused kernel; on the same gradients
+    the two steps give the same weights, to rounding; a setting that is neither is refused before training."""
+    assert Run(tiny(), TrainConfig(**QUIET)).optimizer.defaults["fused"]
+    assert not Run(tiny(), TrainConfig(adam="loop", **QUIET)).optimizer.defaults["fused"]
+    fused, loop = tiny(), tiny()
+    steps = [make_optimizer(m, 32, 10, fused=f)[0] for m, f in ((fused, True), (loop, False))]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator) for p in fused.parameters()]
+        for model, optimizer in zip((fused, loop), steps):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b in zip(fused.parameters(), loop.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="'fused' or 'loop'"):
+        train(tiny(), copy_batches(4, 4, 5, 14, seed=0), cfg=TrainConfig(adam="foreach", **QUIET))
 
 
 def _first_update_gradient(model, batches, accum):

@@ -57,6 +57,10 @@ TRAIN_OPTIONS = {
         "Equation (1) in training: through the fused kernel, or written out as chapter 2 writes it",
         {"choices": ("fused", "written")},
     ),
+    "adam": (
+        "Adam's step: one fused kernel, or PyTorch's own choice (on a CPU, a loop over the parameters)",
+        {"choices": ("fused", "loop")},
+    ),
     "compile": ("torch.compile the model for training", {"action": "store_true"}),
     "progress": ("show a progress bar per epoch", {"action": "store_true"}),
     "seed": ("seed of the initialisation, the batches and dropout", {"type": int}),
