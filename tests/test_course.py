@@ -299,6 +299,18 @@ def test_a_check_sees_only_data():
     assert "elements" in failed("length_penalty", lambda n, a: torch.zeros(5_000_000))["agrees"]
 
 
+def test_a_fabricated_record_of_training_earns_no_more_than_its_count():
+    """A loop that trains nothing and writes what the checks observe (NaN learning rates, no gradients, the step count)
+    passes only the count of updates, which it wrote: NaN is never close, and every gradient and weight is compared;
+    the grader's static flags name the writes (test_static_flags_name_what_reaches_past_the_function)."""
+
+    def fabricates(model, batches, optimizer, scheduler, accum):
+        optimizer.seen = [(float("nan"), []), (float("nan"), [])]
+        scheduler.last_epoch = 2
+
+    assert set(failed("accumulation", fabricates)) == {"per_update", "averaged"}
+
+
 def test_static_flags_name_what_reaches_past_the_function():
     from aiayn.course import grader
     from aiayn.training import rate
@@ -314,14 +326,18 @@ def test_static_flags_name_what_reaches_past_the_function():
         "import sys",
     ]  # fmt: skip
     hidden = (
-        "import aiayn.course.kernel as K\nfrom aiayn import course\nfrom aiayn.training import LabelSmoothingLoss\n"
+        "%%capture\nimport aiayn.course.kernel as K\nfrom aiayn import course\nfrom aiayn.training import rate as r\n"
         "import torch.nn.functional as G\nK.run = print\nG.log_softmax = print\ndel torch.autograd.grad\n"
-        "x.grad = None\nloss = torch.jit.script(training.LabelSmoothingLoss(0.1, 0))"
+        "x.grad = None\ndef f(optimizer, scores, step):\n    optimizer.seen = []\n    scores[0] = 1\n"
+        "    code = operator.attrgetter('__code__')(r)\n    return torch.jit.script(training.rate)(step)"
     )
-    assert grader.suspect(hidden, {"K", "G"}, {"LabelSmoothingLoss"}) == [
-        ".jit", "a change to G.log_softmax", "a change to K.run", "a change to torch.autograd.grad",
-        "import aiayn.course", "import aiayn.course.kernel", "the book's LabelSmoothingLoss",
+    assert grader.suspect(hidden, {"K", "G"}, {"rate"}) == [
+        ".jit", "a change to G.log_softmax", "a change to K.run", "a change to optimizer.seen",
+        "a change to torch.autograd.grad", "import aiayn.course", "import aiayn.course.kernel", "the book's r",
+        "the book's rate", "the name __code__ as a string",
     ]  # fmt: skip
+    plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"  # not inside a function
+    assert grader.suspect(plot, (), {"rate"}) == []
     source = inspect.getsource(rate)
     edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
     refs = grader.references([ASSIGNMENTS["schedule"]], [])

@@ -776,7 +776,7 @@ def _accumulation_checks():
     def per_update(f, call):
         seen, steps, _ = run(f, call)
         lrs = [lr for lr, _ in seen]
-        if len(lrs) != 2 or any(abs(a - b) > 1e-12 * b for a, b in zip(lrs, (_noam(1), _noam(2)))):
+        if len(lrs) != 2 or not all(abs(a - b) <= 1e-12 * b for a, b in zip(lrs, (_noam(1), _noam(2)))):
             raise Failed(
                 f"updates 1 and 2 must use the learning rates of steps 1 and 2, {_noam(1):.4g} and "
                 f"{_noam(2):.4g}; they used {', '.join(f'{x:.4g}' for x in lrs) or 'none'}"
@@ -795,7 +795,7 @@ def _accumulation_checks():
             group = batches[4 * n : 4 * n + 4]
             loss = sum(((b[0] @ w[0].T + w[1]) - b[1]).pow(2).mean() for b in group) / 4
             want = torch.autograd.grad(loss, w)
-            for g, gw in zip(grads, want):
+            for g, gw in zip(grads, want, strict=True):
                 _close(
                     g,
                     gw,
@@ -803,7 +803,7 @@ def _accumulation_checks():
                     hints=[(4 * gw, "the gradient is the sum, not the mean, of the micro-batch gradients")],
                 )
             w = [(p - lr * g).detach() for p, g in zip(w, want)]
-        for p, q in zip(final, w):
+        for p, q in zip(final, w, strict=True):
             _close(p, q, "final weights")
 
     return [

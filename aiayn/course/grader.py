@@ -170,8 +170,10 @@ DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
-def _nodes(source: str) -> list:
-    """Every node of a piece of code's syntax tree ([] when it is not Python)."""
+def _nodes(source: str, magics: bool = False) -> list:
+    """Every node of a piece of code's syntax tree ([] when it is not Python), with ``magics`` read past IPython's
+    magic and shell lines (each left blank)."""
+    source = re.sub(r"^[ \t]*[%!].*$", "", source, flags=re.M) if magics else source
     try:
         return list(ast.walk(ast.parse(textwrap.dedent(source))))
     except SyntaxError:
@@ -181,28 +183,36 @@ def _nodes(source: str) -> list:
 def suspect(source: str, modules=(), book=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
-    student's cells import), and ``book``: the book's own implementation of what the student was asked to write."""
-    found, modules = [], MODULES | set(modules)
-    for n in _nodes(source):
+    student's cells import) or an attribute of a function's argument (what the checks observe), and ``book``: the
+    book's own implementation of what the student was asked to write, named inside the student's functions."""
+    found, nodes = [], _nodes(source, magics=True)
+    params = {a.arg for n in nodes if isinstance(n, ast.arguments) for a in n.posonlyargs + n.args + n.kwonlyargs}
+    book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
+    for n in nodes:
         if isinstance(n, ast.Name) and n.id in SUSPECT_CALLS:
             found.append(n.id)
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
             found += [] if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else ["getattr with a computed name"]
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             found.append(f".{n.attr}")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"__\w+__", n.value):
+            found.append(f"the name {n.value} as a string")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m[:12] == "aiayn.course"]
-            found += [f"the book's {a.name}" for a in n.names if a.name in book or a.name == "*"]
-        if {getattr(n, "id", None), getattr(n, "attr", None)} & set(book):
-            found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
+            found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
         for target in getattr(n, "targets", []) + [getattr(n, "target", None)]:  # assigned or deleted
-            root = target
+            root, chain = target, []
             while isinstance(root, (ast.Attribute, ast.Subscript)):
-                root = root.value
-            if root is not target and getattr(root, "id", None) in modules:
+                root, chain = root.value, chain + [root]
+            name = getattr(root, "id", None)
+            mine = name in params - {"self", "cls"} and any(isinstance(x, ast.Attribute) for x in chain)
+            if chain and (name in MODULES | set(modules) or mine):  # a module's, or an attribute of an argument
                 found.append(f"a change to {ast.unparse(target)}")
+    for n in [m for d in nodes if isinstance(d, DEFINITIONS) for m in ast.walk(d)]:  # inside the student's functions
+        if {getattr(n, "id", None), getattr(n, "attr", None)} & book - {None}:
+            found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
     return sorted(set(found))
 
 
@@ -232,7 +242,7 @@ def _tokens(node) -> list[str]:
 def near_copies(source: str, references: dict[str, object]) -> list[str]:
     """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens."""
     found = {}
-    for node in [n for n in _nodes(source) if isinstance(n, DEFINITIONS)]:
+    for node in [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]:
         for name, ref in references.items():
             a, b = _tokens(node), _tokens(ref)
             share = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if min(len(a), len(b)) > 30 else 0
@@ -432,7 +442,7 @@ class Execute(NbGraderExecute):
         book_cells = {c.source.strip() for c in source.cells}
         mine = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("locked")]
         mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells, as released
-        trees = [n for c in mine for n in _nodes(c.source)]
+        trees = [n for c in mine for n in _nodes(c.source, magics=True)]
         imports = [n for n in trees if isinstance(n, (ast.Import, ast.ImportFrom))]
         modules = {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
         defined = {n.name for n in trees if isinstance(n, DEFINITIONS)}
@@ -440,6 +450,7 @@ class Execute(NbGraderExecute):
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
         for cell in mine:
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book - defined)] if found]
+            flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs):
                 cell.metadata.setdefault("aiayn", {})["flags"] = flags
 
