@@ -166,7 +166,7 @@ PROFILES = {
             "seeds": [0],
             "reverse_seeds": [],
             "settings": {**TINY, "max_output": 6},
-            "candidates": {"tiny": {}, "tiny-p3": {"set": ["P_drop=0.3"]}},
+            "candidates": {"tiny": {}, "tiny-p1": {"set": ["P_drop=0.1"]}},
         },
         "final": {
             "parallel": 2,
@@ -356,12 +356,12 @@ def recipes(profile: dict, out: Path, scratch: Path) -> dict:
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
     Writes `out`/gpu-recipes/: a folder of runs per candidate, their logs, and recipes.json."""
     p, out, scratch = profile["recipes"], out / RECIPES, scratch / RECIPES
-    common = recipe_config(None, {"bpe_size": profile["bpe_size"], **p["settings"]})
-    corpus.encoded(common.bpe_size)
+    settings = {"bpe_size": profile["bpe_size"], **p["settings"]}
+    corpus.encoded(settings["bpe_size"])
     runs, spec = {}, {}
     for name, changes in p["candidates"].items():
-        config = common.replace(**{k: v for k, v in changes.items() if k != "set"})
-        config.set = run_config.merge_set(config.set, dict(x.partition("=")[::2] for x in changes.get("set", [])))
+        row = {"changes": dict(x.partition("=")[::2] for x in changes.get("set", []))}
+        config = recipe_config(row | {"options": {k: v for k, v in changes.items() if k != "set"}}, settings)
         for direction, seeds in (("en-de", p["seeds"]), ("de-en", p["reverse_seeds"])):
             for seed in seeds:
                 run = f"{name}/{direction}-seed{seed}"

@@ -592,7 +592,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "while time.time() - start < 120:\n    pass",
         "",
     ),
-    "f_forges": (  # a displayed value, a printed verdict, a forged answer with a guessed nonce
+    "f_forges": (  # a displayed value, a printed verdict, a display shaped like the old answers
         "def warmup_cosine(step, peak, warmup, total):\n    from IPython.display import display\n"
         "    display({'application/vnd.aiayn.call+json': {'nonce': '0' * 32, 'data': ''}}, raw=True)\n"
         "    print('passed, 2 points')\n    get_ipython().displayhook(100)\n    return 0.0",
