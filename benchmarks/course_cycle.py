@@ -52,8 +52,9 @@ def nbgrader(folder: Path, *args: str, check: bool = True) -> int:
     return peak
 
 
-def flood_memory(folder: Path) -> dict:
-    """The grader's peak memory grading one honest submission, then one that prints 100 kB lines without end."""
+def flood_memory(folder: Path) -> tuple[dict, list[str]]:
+    """The grader's peak memory grading one honest submission, then one that prints 100 kB lines without end (after
+    its right answer); and the report's lines on the second, which must keep all its points."""
     from aiayn.course import assignments as c
 
     c.write_course(folder, ["label_smoothing"])
@@ -68,8 +69,12 @@ def flood_memory(folder: Path) -> dict:
     nb["cells"].insert(3, {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
                            "source": "while True:\n    print('x' * 100_000)"})  # fmt: skip
     (flood / "label_smoothing.ipynb").write_text(json.dumps(nb))
-    peaks["flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "flood", check=False)
-    return peaks
+    peaks["flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "flood")
+    report = c.report(folder, "label_smoothing")
+    lines = report[next(i for i, line in enumerate(report) if line.startswith("flood")) :]
+    if lines[0].split()[1] != "12":
+        raise SystemExit("error: the submission that prints without end lost points:\n" + "\n".join(lines))
+    return peaks, lines
 
 
 def main() -> int:
@@ -98,7 +103,7 @@ def main() -> int:
                 full = [line for line in report if not line.startswith(" ") and line.split()[1] == "12"]
                 if len(full) != args.submissions:
                     raise SystemExit("error: an honest submission lost points:\n" + "\n".join(report))
-        memory = flood_memory(Path(tmp) / "flood")
+        memory, flood_report = flood_memory(Path(tmp) / "flood")
     per = {name: min(t) / args.submissions for name, t in seconds.items()}
     result = {
         "assignment": "label_smoothing",
@@ -108,6 +113,7 @@ def main() -> int:
         "seconds_per_submission": per,
         "ratio_sandbox_over_plain": per["sandbox"] / per["plain"],
         "grader_peak_mib": memory,
+        "flood_report": flood_report,
     }
     print(f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s")
     print(f"grader's peak memory: {memory['honest']} MiB (honest), {memory['flood']} MiB (prints without end)")

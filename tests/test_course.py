@@ -633,8 +633,12 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     "o_processes": ("right", "import subprocess\nkids = [subprocess.Popen(['sleep', '5']) for _ in range(200)]"),
     "p_symlink": ("right", ""),
     "q_slow": ("right", "import time\ntime.sleep(7.5)"),
-    "r_floods_past_a_message": ("right", "import sys\nsys.stdout.write('y' * 9_000_000)"),  # over 8 MiB at once
+    "r_floods_past_a_message": (  # over 8 MiB at once, in a display (what the kernel prints is capped)
+        "right",
+        "from IPython.display import display\ndisplay({'text/plain': 'y' * 9_000_000}, raw=True)",
+    ),
     "s_ships_a_package": ("right", ""),  # an aiayn/ of its own beside the notebook, which no import finds
+    "u_prints_without_end": ("right", "while True:\n    print('z' * 1000)"),
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
         "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
@@ -647,7 +651,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty-one submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -740,6 +744,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "r_floods_past_a_message": total,
         "s_ships_a_package": total,
         "t_hides_its_call": total,
+        "u_prints_without_end": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -753,7 +758,9 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     # ipykernel restores its SIGINT handler after each request: run alone, the loop is interruptible
     assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
-    assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
+    for flood in ("m_floods_output", "u_prints_without_end"):
+        assert "its output was cut at the cell's limit" in blocks[flood], flood
+    assert "stopped by the time limit" in blocks["u_prints_without_end"]
     assert "its output did not reach the grader: a message of over 8 MiB" in blocks["r_floods_past_a_message"]
     assert "the notebook ran past its time limit (60 s)" in blocks["q_slow"]
     assert "FLAG calls aiayn.training.rate" in blocks["j_book_in_a_thread"]

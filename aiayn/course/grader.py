@@ -331,6 +331,7 @@ class SandboxKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
         cmd = super().format_kernel_cmd(extra_arguments)
+        cmd += ["--IPKernelApp.extensions=aiayn.course.kernel"]  # its output capped (kernel.load_ipython_extension)
         limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}", "--"]
         if not self.sandbox:
             return limits + cmd

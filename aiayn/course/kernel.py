@@ -23,6 +23,7 @@ import time
 import types
 
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold
+MAX_OUTPUT = 2_000_000  # characters a kernel may print under the grader (it keeps 1,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 
 
@@ -36,6 +37,27 @@ def serve(request: str, namespace: dict) -> None:
 
     req = torch.load(io.BytesIO(base64.b64decode(request)), weights_only=False)  # the grader's own inputs
     torch.save(run(req, namespace), req["answer"])
+
+
+def load_ipython_extension(shell) -> None:
+    """Under the grader, as the kernel starts (``--IPKernelApp.extensions=aiayn.course.kernel``): what its cells print
+    past ``MAX_OUTPUT`` characters in all is dropped here, and IPython keeps no copy of what they print. Otherwise
+    IPython's history of outputs holds all of it, and a cell that prints without end fills the kernel's memory and
+    kills it before the cell's time limit can stop it."""
+
+    class Forget(dict):  # IPython's record of each cell's output, which keeps nothing
+        __contains__, __getitem__ = (lambda self, key: False), (lambda self, key: [])
+
+    shell.history_manager.outputs, left = Forget(), [MAX_OUTPUT]
+
+    def capped(write):
+        def write_within(text):
+            text, left[0] = text[: max(left[0], 0)], left[0] - len(text)
+            return write(text) if text else 0
+
+        return write_within
+
+    sys.stdout.write, sys.stderr.write = capped(sys.stdout.write), capped(sys.stderr.write)
 
 
 def run(req: dict, namespace: dict) -> dict:
