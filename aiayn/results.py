@@ -51,6 +51,7 @@ RUNS = {  # stored run -> (whose layers, the command that writes it)
 GPU_RUNS = tuple(name for name in RUNS if name.startswith("gpu-"))
 SEARCH = "cpu-search"  # the runs that chose the CPU recipe, on val only
 FAST_SEARCH = "cpu-fast-search"  # the runs that chose cpu-fast, on val only
+TWENTY = "cpu-20min"  # two recipes given twenty minutes (EN→DE), on val
 GPU_SEARCH = "gpu-search"  # the runs that chose the GPU recipe, on val only
 SEEDS = "gpu-seeds"  # seeds 1 and 2 of the GPU recipe (val and test 2016)
 STAGE = {  # what the GPU plan writes besides the runs, and in which stage
@@ -392,6 +393,24 @@ def plot_curves(curves: dict[str, dict]):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def stored_curves() -> dict[str, tuple[str, dict | None]]:
+    """Every curve the book keeps (--curve), as key -> (legend label, its
+    curve.json, None where the run kept none): the ten-minute recipe's final
+    runs, the recipes given twenty minutes (TWENTY), the half-hour recipe's
+    runs."""
+    runs = {f"cpufast_{d.replace('-', '')}":
+            (f"cpu-fast, 10 min ({d})", RESULTS / f"cpu-fast-{d}")
+            for d in DIRECTIONS}
+    for path in sorted((RESULTS / TWENTY).glob("*/metrics.json")):
+        d, name = load_json(path)["direction"], path.parent.name
+        runs[f"twenty_{name.replace('-', '')}_{d.replace('-', '')}"] = (
+            f"{name}, 20 min ({d})", path.parent)
+    runs |= {f"cpu_{d.replace('-', '')}":
+             (f"cpu, 30 min ({d})", RESULTS / f"cpu-{d}") for d in DIRECTIONS}
+    return {key: (label, load_json(folder / "curve.json"))
+            for key, (label, folder) in runs.items()}
 
 
 # book/12_results.ipynb: Example translations
