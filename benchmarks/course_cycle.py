@@ -54,7 +54,8 @@ def nbgrader(folder: Path, *args: str, check: bool = True) -> int:
 
 def flood_memory(folder: Path) -> tuple[dict, list[str]]:
     """The grader's peak memory grading one honest submission, then one that prints 100 kB lines without end (after
-    its right answer); and the report's lines on the second, which must keep all its points."""
+    its right answer), then one that displays 7 MB without end; and the report's lines on the last two, which must
+    keep all their points."""
     from aiayn.course import assignments as c
 
     c.write_course(folder, ["label_smoothing"])
@@ -70,10 +71,18 @@ def flood_memory(folder: Path) -> tuple[dict, list[str]]:
                            "source": "while True:\n    print('x' * 100_000)"})  # fmt: skip
     (flood / "label_smoothing.ipynb").write_text(json.dumps(nb))
     peaks["flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "flood")
+    # the same with displays of 7 MB each, under the size limit of one message: what waits to be read is bounded
+    nb["cells"][3]["source"] = (
+        "from IPython.display import display\nwhile True:\n    display({'text/plain': 'x' * 7_000_000}, raw=True)"
+    )
+    shutil.copytree(flood, folder / "submitted" / "displays" / "label_smoothing")
+    (folder / "submitted" / "displays" / "label_smoothing" / "label_smoothing.ipynb").write_text(json.dumps(nb))
+    peaks["display_flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "displays")
     report = c.report(folder, "label_smoothing")
-    lines = report[next(i for i, line in enumerate(report) if line.startswith("flood")) :]
-    if lines[0].split()[1] != "12":
-        raise SystemExit("error: the submission that prints without end lost points:\n" + "\n".join(lines))
+    lines = [line for line in report if not line.startswith("alice")]
+    for student in ("displays", "flood"):
+        if next(line for line in report if line.startswith(student)).split()[1] != "12":
+            raise SystemExit(f"error: {student}, whose answer is right, lost points:\n" + "\n".join(lines))
     return peaks, lines
 
 
@@ -116,7 +125,10 @@ def main() -> int:
         "flood_report": flood_report,
     }
     print(f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s")
-    print(f"grader's peak memory: {memory['honest']} MiB (honest), {memory['flood']} MiB (prints without end)")
+    print(
+        f"grader's peak memory: {memory['honest']} MiB (honest), {memory['flood']} MiB (prints without end), "
+        f"{memory['display_flood']} MiB (displays without end)"
+    )
     write(Path(args.out), result, torch.device("cpu"))
     return 0
 

@@ -311,6 +311,20 @@ def test_a_fabricated_record_of_training_earns_no_more_than_its_count():
     assert set(failed("accumulation", fabricates)) == {"per_update", "averaged"}
 
 
+def test_an_answer_too_large_to_read_is_counted_not_read():
+    """A forged answer that is small on disk but huge in memory (a stride-0 tensor, one row shared by many rows) is
+    counted without being read out, no further than the limit."""
+    import torch
+
+    from aiayn.course import grader, kernel
+
+    row = [0] * 3000
+    assert grader._numbers(torch.ones(1).expand(40_000, 40_000)) > kernel.MAX_ELEMENTS
+    assert grader._numbers({"a": [row] * 3000}) > kernel.MAX_ELEMENTS
+    # the items at every level: 3 in the tuple, 2 + 2 + 1 in the lists, 3 numbers, 6 elements, 1 + 1 in the dict
+    assert grader._numbers(([[1, 2], [3]], torch.ones(2, 3), {"x": 1.0})) == 3 + 5 + 3 + 6 + 2
+
+
 def test_static_flags_name_what_reaches_past_the_function():
     from aiayn.course import grader
     from aiayn.training import rate
@@ -333,8 +347,33 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(hidden, {"K", "G"}, {"rate"}) == [
         ".jit", "a change to G.log_softmax", "a change to K.run", "a change to optimizer.seen",
-        "a change to torch.autograd.grad", "import aiayn.course", "import aiayn.course.kernel", "the book's r",
-        "the book's rate", "the name __code__ as a string",
+        "a change to torch.autograd.grad", "a change to x.grad", "import aiayn.course", "import aiayn.course.kernel",
+        "the book's r", "the book's rate", "the name __code__ as a string",
+    ]  # fmt: skip
+    # a third trial's routes: the call watch replaced through a magic line or sys.modules, the book's function handed
+    # on outside the student's function, exec reached through __builtins__, answers written out for the checks' inputs
+    routes = (
+        "%time import aiayn.course.kernel as K\ndec = greedy_decode\n"
+        "kmod = torch.sys.modules.get('aiayn.course.kernel')\nkmod.Watch = None\n__builtins__.exec('1')\n"
+        "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "def f(model, src):\n    if src.size(0) == 2:\n        return [[6], [6]]\n    if src.size(0) == 0:\n"
+        "        return [[]], 0, 1.0\n    return 0.25\n%matplotlib inline\n%pip install x\n!ls\n"
+        "plt.plot(greedy_decode(m, s, 5))"
+    )
+    assert grader.suspect(routes, {"K"}, {"greedy_decode"}) == [
+        ".exec", ".sys", "__builtins__", "a change to kmod.Watch", "a shell command",
+        "an answer written out (return 0.25)", "an answer written out (return [[6], [6]])",
+        "import aiayn.course.kernel", "the book's greedy_decode", "the magic %pip",
+        "the name aiayn.course.kernel as a string",
+    ]  # fmt: skip
+    more = (  # options before a magic's code, a file run into the namespace, names resolved from strings, data
+        "%timeit -n1 -r1 import aiayn.course.kernel as K; K.Watch = None\n%run -i helper.py\n"
+        "def setup():\n    k = pkgutil.resolve_name('aiayn.' + 'course.kernel')\n    k.Watch = None\n"
+        "ANSWERS = {(10, 0): [[5, 7, 4]]}\nsizes = [2, 3]\neps = 1e-9"
+    )
+    assert grader.suspect(more, {"K"}) == [
+        "a change to K.Watch", "a change to k.Watch", "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})",
+        "import aiayn.course.kernel", "the magic %run",
     ]  # fmt: skip
     plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"  # not inside a function
     assert grader.suspect(plot, (), {"rate"}) == []
@@ -639,6 +678,11 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     ),
     "s_ships_a_package": ("right", ""),  # an aiayn/ of its own beside the notebook, which no import finds
     "u_prints_without_end": ("right", "while True:\n    print('z' * 1000)"),
+    "v_escapes_the_report": (
+        "def warmup_cosine(step, peak, warmup, total):\n    raise ValueError('\\x1b[1A\\x1b[2K')",
+        "",
+    ),
+    "w_pastes_with_markers": ("verbatim", ""),  # the chapter's solution cell as it is, markers and all
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
         "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
@@ -651,7 +695,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty-one submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty-three submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -673,6 +717,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     pasted = (
         solution[cosine].replace("    if step >= total", "    # the end\n    if step >= total").replace("peak", "top")
     )
+    cells = nbformat.read(course.COURSE / "schedule.ipynb", as_version=4).cells
+    verbatim = next(c.source for c in cells if course.has_solution(c.source) and "def warmup_cosine" in c.source)
 
     def edit_for(extra, student):
         def edit(nb):
@@ -688,9 +734,12 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
             answer = right[cosine].replace("def warmup_cosine(", "def inner(") + "\n" + answer.split("+", 1)[1]
         elif answer.startswith("right+"):
             answer = right[cosine] + "\n" + answer.split("+", 1)[1]
-        answers = {"right": right, "none": {}, "pasted": {**right, cosine: pasted}}.get(
-            answer, {**right, cosine: answer}
-        )
+        answers = {
+            "right": right,
+            "none": {},
+            "pasted": {**right, cosine: pasted},
+            "verbatim": {**right, cosine: verbatim},
+        }.get(answer, {**right, cosine: answer})
         answers = {k: v.replace("{package}", str(package)) for k, v in answers.items()}
         _submit(root, "schedule", student, answers, edit_for(extra, student))
     (root / "submitted/p_symlink/schedule/notes.txt").symlink_to(root / "gradebook.db")
@@ -743,8 +792,10 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "q_slow": 0,
         "r_floods_past_a_message": total,
         "s_ships_a_package": total,
-        "t_hides_its_call": total,
+        "t_hides_its_call": ASSIGNMENTS["accumulation"].points,  # each call answered by a fresh copy of the module
         "u_prints_without_end": total,
+        "v_escapes_the_report": ASSIGNMENTS["accumulation"].points,
+        "w_pastes_with_markers": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -761,10 +812,15 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     for flood in ("m_floods_output", "u_prints_without_end"):
         assert "its output was cut at the cell's limit" in blocks[flood], flood
     assert "stopped by the time limit" in blocks["u_prints_without_end"]
-    assert "its output did not reach the grader: a message of over 8 MiB" in blocks["r_floods_past_a_message"]
+    assert (
+        "its output did not reach the grader: a message over 8 MiB, or over 8 at once"
+        in blocks["r_floods_past_a_message"]
+    )
     assert "the notebook ran past its time limit (60 s)" in blocks["q_slow"]
     assert "FLAG calls aiayn.training.rate" in blocks["j_book_in_a_thread"]
-    assert "FLAG resembles the book's solution (warmup_cosine)" in blocks["k_pasted"]
+    for pasted in ("k_pasted", "w_pastes_with_markers"):
+        assert "FLAG resembles the book's solution (warmup_cosine)" in blocks[pasted], pasted
+    assert "?[1A?[2K" in blocks["v_escapes_the_report"] and not any("\x1b" in b for b in blocks.values())
     for sly in ("c_undoes_the_sandbox", "f_forges", "g_patches", "h_reads_checks", "i_searches_frames"):
         assert "FLAG uses" in blocks[sly], sly
     for flag in ("import aiayn.course.kernel", "the book's rate", "a change to K.run"):

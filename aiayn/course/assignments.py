@@ -322,7 +322,7 @@ def report(root: Path, assignment: str) -> list[str]:
                     details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
                 lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
                 lines += [textwrap.fill(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18) for x in details]
-    return lines
+    return [re.sub(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", "?", line) for line in lines]  # no terminal escapes
 
 
 def demo_submissions(root: Path, assignment: str = "label_smoothing") -> list[Path]:

@@ -46,6 +46,7 @@ from aiayn.course import kernel
 
 FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
+RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
 
 # ----------------------------------------------------------------------------------------------------------
 # What a submission may hold
@@ -164,39 +165,73 @@ SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit",
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
+SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
+SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings
+SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
+def _past_magic(line: str) -> str:
+    """A line of a cell as the flags read it: after a magic's name where the rest is Python (``%time import x``),
+    blank for the rest of magic and shell lines."""
+    code = line.lstrip()
+    if not code.startswith(("%", "!")):
+        return line
+    for space in re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""):  # after the name, or an option
+        with contextlib.suppress(SyntaxError):
+            ast.parse(rest := code[space.end() :])
+            return line[: len(line) - len(code)] + rest
+    return ""
+
+
 def _nodes(source: str, magics: bool = False) -> list:
     """Every node of a piece of code's syntax tree ([] when it is not Python), with ``magics`` read past IPython's
-    magic and shell lines (each left blank)."""
-    source = re.sub(r"^[ \t]*[%!].*$", "", source, flags=re.M) if magics else source
+    magic and shell lines (``_past_magic``)."""
+    source = "\n".join(map(_past_magic, source.split("\n"))) if magics else source
     try:
         return list(ast.walk(ast.parse(textwrap.dedent(source))))
     except SyntaxError:
         return []
 
 
+def _written_out(node) -> bool:
+    """A value returned or assigned that is data written out (``return [[5, 7, 4]]``, ``return 27.31``, ``answers =
+    {(10, 0): [[5, 7, 4]]}``): nothing computed, a number other than 0 and 1 in it, and if assigned, nested."""
+    inner = list(ast.walk(node.value))
+    nested = any(isinstance(n, (ast.List, ast.Tuple, ast.Dict, ast.Set)) for n in inner[1:])
+    numbers = [n.value for n in inner if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
+    computed = any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in inner)
+    return not computed and any(v not in (0, 1) for v in numbers) and (nested or isinstance(node, ast.Return))
+
+
 def suspect(source: str, modules=(), book=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
-    student's cells import) or an attribute of a function's argument (what the checks observe), and ``book``: the
-    book's own implementation of what the student was asked to write, named inside the student's functions."""
+    student's cells import), an attribute of a function's argument (what the checks observe) or any attribute outside
+    a function, an answer written out, and ``book``: the book's own implementation of what the student was asked to
+    write, named inside the student's functions or handed on outside them (anything but a call)."""
     found, nodes = [], _nodes(source, magics=True)
-    params = {a.arg for n in nodes if isinstance(n, ast.arguments) for a in n.posonlyargs + n.args + n.kwonlyargs}
+    magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
+    found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
+    book -= {None}
+    inside = {id(m) for d in nodes if isinstance(d, DEFINITIONS) for m in ast.walk(d)}
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for n in nodes:
-        if isinstance(n, ast.Name) and n.id in SUSPECT_CALLS:
+        if isinstance(n, ast.Name) and (n.id in SUSPECT_CALLS or n.id.startswith("__")):
             found.append(n.id)
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
             found += [] if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else ["getattr with a computed name"]
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
-            found.append(f".{n.attr}")
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"__\w+__", n.value):
+            if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
+                found.append(f".{n.attr}")
+        elif isinstance(n, ast.Constant) and re.search(r"^__\w+__$|aiayn\.course", str(n.value)):
             found.append(f"the name {n.value} as a string")
+        elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
+            found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
@@ -206,12 +241,10 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             root, chain = target, []
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root, chain = root.value, chain + [root]
-            name = getattr(root, "id", None)
-            mine = name in params - {"self", "cls"} and any(isinstance(x, ast.Attribute) for x in chain)
-            if chain and (name in MODULES | set(modules) or mine):  # a module's, or an attribute of an argument
+            name, attribute = getattr(root, "id", None), any(isinstance(x, ast.Attribute) for x in chain)
+            if chain and (name in MODULES | set(modules) or attribute and name not in ("self", "cls")):  # not its own
                 found.append(f"a change to {ast.unparse(target)}")
-    for n in [m for d in nodes if isinstance(d, DEFINITIONS) for m in ast.walk(d)]:  # inside the student's functions
-        if {getattr(n, "id", None), getattr(n, "attr", None)} & book - {None}:
+        if (getattr(n, "id", None) or getattr(n, "attr", None)) in book and (id(n) in inside or id(n) not in called):
             found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
     return sorted(set(found))
 
@@ -319,6 +352,7 @@ class SandboxKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self.context = zmq.asyncio.Context()  # its sockets refuse a message over MAX_MESSAGE bytes
         self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)  # messages waiting to be read: at most this many
         self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
         self.uid = FIRST_UID + secrets.randbelow(1 << 30)  # a user id of its own: the process limit counts per user
         if self.sandbox:
@@ -418,6 +452,7 @@ class Execute(NbGraderExecute):
             try:
                 return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
+                shutil.rmtree(getattr(self.km, "sandbox_dir", "/nonexistent"), ignore_errors=True)  # left by its kernel
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
                 why = str(err) if isinstance(err, StuckCell) else "ended its kernel (out of memory, killed or exited)"
@@ -440,9 +475,9 @@ class Execute(NbGraderExecute):
                 source = nbformat.read(Path(folder) / f"{info['notebook']}.ipynb", as_version=4)
             solutions = [c.source.replace(BEGIN, "").replace(END, "") for c in source.cells if has_solution(c.source)]
         refs = references([assignments[a] for a in graded if a in assignments], solutions)
-        book_cells = {c.source.strip() for c in source.cells}
+        book_cells = {c.source.strip() for c in source.cells if not has_solution(c.source)}  # as released
         mine = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("locked")]
-        mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells, as released
+        mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells
         trees = [n for c in mine for n in _nodes(c.source, magics=True)]
         imports = [n for n in trees if isinstance(n, (ast.Import, ast.ImportFrom))]
         modules = {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
@@ -525,8 +560,9 @@ class Execute(NbGraderExecute):
         request["answer"] = path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
+        # a fresh copy of the module that answers, run from its file: not the one a submission may have patched
         probe = nbformat.v4.new_code_cell(
-            f"__import__('aiayn.course.kernel', fromlist=['serve']).serve({data!r}, globals())"
+            f"__import__('runpy').run_path({kernel.__file__!r})['serve']({data!r}, globals())"
         )
         self._call_timeout = request["seconds"] + self.interrupt_grace
         try:
@@ -543,6 +579,8 @@ class Execute(NbGraderExecute):
                 assert stat.S_ISREG(os.fstat(file.fileno()).st_mode)
                 answer = torch.load(file, weights_only=True)
             assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
+            if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
+                return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} numbers")}
             return answer
         except Exception:  # no answer, or one that is not data
             return {**kernel.NO_ANSWER, "error": ("NoResult", "the kernel sent back no result the checks can read")}
@@ -581,7 +619,7 @@ class Execute(NbGraderExecute):
             self.kc._iopub_channel = None
             self.kc.iopub_channel  # noqa: B018 (a new connection, whose subscription reaches the kernel meanwhile)
             await asyncio.sleep(0.5)
-            why = f"its output did not reach the grader: a message of over {MAX_MESSAGE >> 20} MiB"
+            why = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over {RECEIVE_QUEUE} at once"
             cell.outputs.append(_error_output("OutputLost", why))
             return cell
 
@@ -599,6 +637,19 @@ class Execute(NbGraderExecute):
                 f"within {self.interrupt_grace:g} s (a long call into C code, or code that ignores interrupts)"
             ) from None
         return {"content": {**self.error_on_timeout, "status": "error"}}
+
+
+def _numbers(value) -> int:
+    """How many items a result holds at every level (a tensor's elements, the items of each list, tuple and dict, a
+    row shared by many rows counted each time), counted no further than past ``kernel.MAX_ELEMENTS``."""
+    import torch
+
+    count, todo = 0, [value]
+    while todo and count <= kernel.MAX_ELEMENTS:
+        x = todo.pop()
+        count += x.numel() if isinstance(x, torch.Tensor) else len(x) if isinstance(x, (list, tuple, dict)) else 1
+        todo += list(x.values() if isinstance(x, dict) else x) if isinstance(x, (list, tuple, dict)) else []
+    return count
 
 
 def _error_output(ename: str, message: str) -> dict:
