@@ -210,8 +210,8 @@ def _written_out(node) -> bool:
 def suspect(source: str, modules=(), book=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
-    student's cells import), an attribute of a function's argument (what the checks observe) or any attribute outside
-    a function, an answer written out, and ``book``: the book's own implementation of what the student was asked to
+    student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's function
+    does to its arguments), an answer written out, and ``book``: the book's own implementation of what the student was asked to
     write, named inside the student's functions or handed on outside them (anything but a call)."""
     found, nodes = [], _nodes(source, magics=True)
     magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
@@ -452,7 +452,8 @@ class Execute(NbGraderExecute):
             try:
                 return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
-                shutil.rmtree(getattr(self.km, "sandbox_dir", "/nonexistent"), ignore_errors=True)  # left by its kernel
+                if self.km is not None:  # the folder its kernel left: nbclient does not clean up after a dead kernel
+                    shutil.rmtree(self.km.sandbox_dir, ignore_errors=True)
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
                 why = str(err) if isinstance(err, StuckCell) else "ended its kernel (out of memory, killed or exited)"
@@ -580,7 +581,7 @@ class Execute(NbGraderExecute):
                 answer = torch.load(file, weights_only=True)
             assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
             if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
-                return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} numbers")}
+                return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} items")}
             return answer
         except Exception:  # no answer, or one that is not data
             return {**kernel.NO_ANSWER, "error": ("NoResult", "the kernel sent back no result the checks can read")}

@@ -22,7 +22,7 @@ import threading
 import time
 import types
 
-MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold
+MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 2_000_000  # characters a kernel may print under the grader (it keeps 1,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 
