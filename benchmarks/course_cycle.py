@@ -57,6 +57,7 @@ def flood_memory(folder: Path) -> tuple[dict, list[str]]:
     its right answer), then one that displays 7 MB without end; and the report's lines on the last two, which must
     keep all their points."""
     from aiayn.course import assignments as c
+    from aiayn.course import grader
 
     c.write_course(folder, ["label_smoothing"])
     nbgrader(folder, "generate_assignment", "label_smoothing")
@@ -78,7 +79,7 @@ def flood_memory(folder: Path) -> tuple[dict, list[str]]:
     shutil.copytree(flood, folder / "submitted" / "displays" / "label_smoothing")
     (folder / "submitted" / "displays" / "label_smoothing" / "label_smoothing.ipynb").write_text(json.dumps(nb))
     peaks["display_flood"] = nbgrader(folder, "autograde", "label_smoothing", "--student", "displays")
-    report = c.report(folder, "label_smoothing")
+    report = grader.report(folder, "label_smoothing")
     lines = [line for line in report if not line.startswith("alice")]
     for student in ("displays", "flood"):
         if next(line for line in report if line.startswith(student)).split()[1] != "12":
@@ -95,7 +96,7 @@ def main() -> int:
 
     import torch
 
-    from aiayn.course import assignments as c
+    from aiayn.course import grader
     from aiayn.course.grader import sandbox_problem
 
     if sandbox_problem():
@@ -108,7 +109,7 @@ def main() -> int:
                 start = time.perf_counter()
                 nbgrader(folder, "autograde", "label_smoothing")
                 seconds[name].append(time.perf_counter() - start)
-                report = c.report(folder, "label_smoothing")
+                report = grader.report(folder, "label_smoothing")
                 full = [line for line in report if not line.startswith(" ") and line.split()[1] == "12"]
                 if len(full) != args.submissions:
                     raise SystemExit("error: an honest submission lost points:\n" + "\n".join(report))

@@ -128,7 +128,10 @@ def _namespace():
     return ns
 
 
-def test_the_books_own_solutions_get_full_marks():
+@pytest.mark.parametrize("seed", [0, 13, 2**29 + 7])  # 13: the seed whose final weights once failed a tight check
+def test_the_books_own_solutions_get_full_marks(seed, monkeypatch):
+    """With any draw of the checks' random inputs (a fresh one each time a class is graded)."""
+    monkeypatch.setattr(CHECKS, "SEED", seed)
     graded = set()
     for path in course.sources():
         nb = nbformat.read(path, as_version=4)
@@ -404,6 +407,12 @@ def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
 # ---- the whole nbgrader cycle ----------------------------------------------------------------------------
 
 
+def grader_report(root: Path, assignment: str) -> list[str]:
+    from aiayn.course.grader import report
+
+    return report(root, assignment)
+
+
 def _nbgrader(root: Path, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # nbgrader runs `alembic`
     return subprocess.run([str(BIN / "nbgrader"), *args], cwd=root, capture_output=True, text=True, env=env)
@@ -527,7 +536,7 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     n_checks = len(ASSIGNMENTS["schedule"].checks) + len(ASSIGNMENTS["accumulation"].checks)
     assert printed.count("passed, ") + printed.count("failed, 0 of ") == n_checks  # what the student sees too
 
-    report = "\n".join(course.report(root, "schedule"))
+    report = "\n".join(grader_report(root, "schedule"))
     lines = {line.split()[0]: line for line in report.splitlines() if not line.startswith(" ")}
     assert "not graded: NotJSONError" in lines["d_corrupted"]
     report = " ".join(report.split())  # the details, unwrapped
@@ -550,9 +559,12 @@ def test_course_notebooks_run_with_their_solutions(name):
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
 
 
-def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
-    """The page's worked example, run: its report and its grades.csv are those the commands print today."""
+def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, monkeypatch):
+    """The page's worked example, run: its report and its grades.csv are those the commands print today (with the
+    checks' random inputs fixed, as the page says)."""
     import re
+
+    monkeypatch.setenv("AIAYN_CHECK_SEED", "0")
 
     page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
 
@@ -562,7 +574,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
         return block.group(1).rstrip("\n")
 
     limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG.read_text(), re.M))
-    assert len(limits) == 8
+    assert len(limits) == 9
     for name, value in limits.items():  # the table of limits
         assert re.search(rf"^\| `{name}` \| {int(value):,} ", page, re.M), name
     assert f"did not return within {limits['CHECK_CALL']} s" in page
@@ -575,7 +587,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path):
     assert _nbgrader(root, "generate_assignment", "label_smoothing").returncode == 0
     assert course.main(["demo", "label_smoothing", "--course", str(root)]) == 0
     assert _nbgrader(root, "autograde", "label_smoothing").returncode == 0
-    assert "\n".join(course.report(root, "label_smoothing")) == shown("python -m aiayn.course report label_smoothing")
+    assert "\n".join(grader_report(root, "label_smoothing")) == shown("python -m aiayn.course report label_smoothing")
     assert _nbgrader(root, "export").returncode == 0
     columns = [0, 3, 7, 9, 10]  # cut -d, -f1,4,8,10,11
     rows = [line.split(",") for line in (root / "grades.csv").read_text().strip().splitlines()]
@@ -683,6 +695,15 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "",
     ),
     "w_pastes_with_markers": ("verbatim", ""),  # the chapter's solution cell as it is, markers and all
+    "x_fills_the_disk": (  # 16 MiB at a time, past the class's 64 MiB of disk
+        "right",
+        "for i in range(200):\n    with open(f'big{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
+    ),
+    "y_updates_a_display": (  # an update would replace a small display with 4 MB, past the notebook's limit
+        "right",
+        "from IPython.display import display, update_display\ndisplay({'text/plain': 'a'}, raw=True, display_id='d')\n"
+        "for _ in range(3):\n    update_display({'text/plain': 'y' * 4_000_000}, raw=True, display_id='d')",
+    ),
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
         "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
@@ -695,7 +716,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty-three submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty-five submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -707,6 +728,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     config = root / "nbgrader_config.py"
     text = config.read_text().replace("STUDENT_CELL = 30", "STUDENT_CELL = 8")
     text = text.replace("CHECK_CALL = 10", "CHECK_CALL = 4")
+    assert "DISK_MB = 512" in text
+    text = text.replace("DISK_MB = 512", "DISK_MB = 64")
     config.write_text(text.replace("NOTEBOOK = 1800", "NOTEBOOK = 60") + "c.Execute.interrupt_grace = 2\n")
     assert _nbgrader(root, "generate_assignment", "schedule").returncode == 0
     solution = _answers(course.COURSE / "schedule.ipynb")
@@ -769,6 +792,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission("schedule", s).score for s in ATTACKS if s != "p_symlink"}
+        assert "p_symlink" in {s.id for s in gb.students}  # in nbgrader export, with 0 points
         for student in scores:
             for grade in gb.find_submission_notebook("schedule", "schedule", student).grades:
                 assert grade.score in (0, grade.max_score), (student, grade.name, grade.score)
@@ -796,10 +820,12 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "u_prints_without_end": total,
         "v_escapes_the_report": ASSIGNMENTS["accumulation"].points,
         "w_pastes_with_markers": total,
+        "x_fills_the_disk": total,
+        "y_updates_a_display": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
-    for line in course.report(root, "schedule"):
+    for line in grader_report(root, "schedule"):
         student = student if line.startswith(" ") else line.split()[0]
         blocks[student] = blocks.get(student, "") + " " + " ".join(line.split())
     assert "not graded: notes.txt is a symbolic link" in blocks["p_symlink"]
@@ -809,6 +835,9 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     # ipykernel restores its SIGINT handler after each request: run alone, the loop is interruptible
     assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
+    assert "ended its kernel: it wrote more to disk than its limit" in blocks["x_fills_the_disk"]
+    graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
+    assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
     for flood in ("m_floods_output", "u_prints_without_end"):
         assert "its output was cut at the cell's limit" in blocks[flood], flood
     assert "stopped by the time limit" in blocks["u_prints_without_end"]

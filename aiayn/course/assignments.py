@@ -222,109 +222,6 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
     return written
 
 
-# ----------------------------------------------------------------------------------------------------------
-# After nbgrader autograde: a line per submission
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _error(cell) -> str:
-    """The error a cell of an autograded notebook ended with: "timed out", "stopped: why", its message, or ""."""
-    for out in cell.get("outputs", []):
-        name, lines = out.get("ename"), str(out.get("evalue", "")).strip().splitlines() or [""]
-        if out.get("output_type") == "error" and name != "KeyboardInterrupt":
-            names = {"CellTimeoutError": "timed out", "CellStopped": f"stopped: {lines[0]}", "Failed": lines[0]}
-            return names.get(name, f"{name}: {lines[0]}")
-    return ""
-
-
-def _cell_lines(nb) -> list[str]:
-    """The report's lines about one graded notebook: changes to its nbgrader cells, stops, cut output, failed checks
-    and flags."""
-    lines, failed, flags, stopped = list(nb.metadata.get("aiayn", {}).get("notes", [])), [], {}, False
-    for i, cell in enumerate(nb.cells):
-        meta, mine, error = cell.metadata.get("nbgrader", {}), cell.metadata.get("aiayn", {}), _error(cell)
-        for flag in mine.get("check", {}).get("flags", []) + mine.get("flags", []):
-            flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
-        if mine.get("stopped"):
-            lines.append(f"cell {i} {mine['stopped']}; run again one statement at a time")
-        if error == "timed out":
-            lines.append(f"cell {i} stopped by the time limit; the cells after it ran")
-        elif error.startswith("stopped: "):
-            lines.append(error.removeprefix("stopped: ") + "; graded again without it")
-        elif error.startswith("NotebookTimeLimit") and not stopped:
-            stopped = True
-            lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
-        if error.startswith("OutputLost"):
-            lines.append(f"cell {i}: {error.split(': ', 1)[1]}")
-        if "[output cut: past the " in text:
-            lines.append(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}")
-        if error and not error.startswith("stopped: ") and meta.get("grade"):
-            failed.append((meta["grade_id"], error))
-    if len(failed) > 2 and len({e for _, e in failed}) == 1:
-        lines.append(f"{len(failed)} graded cells failed: {failed[0][1]}")
-    else:
-        lines += [f"{key}: {error}" for key, error in failed]
-    return lines + [f"FLAG {flag} ({', '.join(where)}): read this submission" for flag, where in flags.items()]
-
-
-def _not_graded(submitted: Path) -> str:
-    """Why a submission has no graded notebook."""
-    import nbformat
-
-    from aiayn.course.grader import odd_files
-
-    if problems := odd_files(submitted.parent):
-        return problems[0]
-    try:
-        nbformat.read(submitted, as_version=4)
-    except FileNotFoundError:
-        return "nothing submitted"
-    except Exception as err:  # why nbgrader could not grade it
-        return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"[:80]
-    return "see nbgrader autograde's log"
-
-
-def report(root: Path, assignment: str) -> list[str]:
-    """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
-    then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
-    the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
-    import textwrap
-
-    import nbformat
-    from nbgrader.api import Gradebook, MissingEntry
-
-    root = Path(root).resolve()
-    for need, why in [("gradebook.db", f"run `nbgrader autograde {assignment}` there first"),
-                      ("submitted", f"submissions go in submitted/<student>/{assignment}/")]:  # fmt: skip
-        if not (root / need).exists():
-            raise FileNotFoundError(f"no {need} in {root}: {why}")
-    lines = []
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        try:
-            a = gb.find_assignment(assignment)
-        except MissingEntry:
-            names = ", ".join(x.name for x in gb.assignments) or "none"
-            raise ValueError(f"the gradebook has no assignment {assignment!r}; it has {names}") from None
-        for student in sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir()):
-            for name in sorted(nb.name for nb in a.notebooks):
-                graded = root / "autograded" / student / assignment / f"{name}.ipynb"
-                if not graded.exists():
-                    why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
-                    lines.append(f"{student:14} {'-':>5} / {a.max_score:g}  not graded: {why}")
-                    continue
-                try:
-                    score = gb.find_submission_notebook(name, assignment, student).score
-                except MissingEntry:
-                    score = 0.0
-                details = _cell_lines(nbformat.read(graded, as_version=4))
-                if score > a.max_score:
-                    details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
-                lines.append(f"{student:14} {score:5g} / {a.max_score:g}")
-                lines += [textwrap.fill(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18) for x in details]
-    return [re.sub(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", "?", line) for line in lines]  # no terminal escapes
-
-
 def demo_submissions(root: Path, assignment: str = "label_smoothing") -> list[Path]:
     """Made-up submissions, to try the course out: for each ``course/demo/<assignment>/<student>.py``, the released
     notebook with that answer in its solution cell (an empty file: handed in as released), written to
@@ -398,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in demo_submissions(args.course, args.assignment):
                 print(f"wrote {path.relative_to(args.course)}")
         else:
+            from aiayn.course.grader import report
+
             print("\n".join(report(args.course, args.assignment)))
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -8,6 +8,9 @@ course`` writes:
   check run in this process on the student's results as data, limits on output and time, and a statement that cannot
   be stopped skipped alone.
 
+and, after ``nbgrader autograde``, ``report``: a line per submission with its points, and what an instructor should
+read (``python -m aiayn.course report``).
+
 Not about the paper: the exercises live in the chapters (book/) and course/, and their checks in checks.py.
 """
 
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from queue import Empty
@@ -37,7 +41,7 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute as NbGraderExecute
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
@@ -72,13 +76,16 @@ def odd_files(folder: Path) -> list[str]:
 
 def refuse_odd_submissions() -> None:
     """Make ``nbgrader autograde`` check each submission with ``odd_files`` before it reads any of it: one with odd
-    files fails alone (nbgrader logs the reason, grades the others and exits with status 1)."""
+    files fails alone (nbgrader logs the reason, grades the others and exits with status 1), and its student is in the
+    gradebook, so that ``nbgrader export`` lists it with 0 points."""
     from nbgrader.converters import Autograde
 
     original = Autograde.init_assignment
 
     def init_assignment(self, assignment_id, student_id):
         if problems := odd_files(Path(self._format_source(assignment_id, student_id))):
+            with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:  # in `nbgrader export`, with 0
+                gb.update_or_create_student(student_id)
             raise ValueError(f"{student_id}/{assignment_id} not graded: {'; '.join(problems[:3])}")
         return original(self, assignment_id, student_id)
 
@@ -210,9 +217,10 @@ def _written_out(node) -> bool:
 def suspect(source: str, modules=(), book=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
-    student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's function
-    does to its arguments), an answer written out, and ``book``: the book's own implementation of what the student was asked to
-    write, named inside the student's functions or handed on outside them (anything but a call)."""
+    student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
+    function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
+    student was asked to write, named inside the student's functions or handed on outside them (anything but a
+    call)."""
     found, nodes = [], _nodes(source, magics=True)
     magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
     found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
@@ -345,6 +353,7 @@ class SandboxKernelManager(AsyncKernelManager):
     folder of its own, within limits on memory, processes and file size."""
 
     memory_mb = Integer(4096, help="address space of a kernel, in MiB").tag(config=True)
+    disk_mb = Integer(512, help="what a kernel may write to disk, in MiB (10,000 files at most)").tag(config=True)
     processes = Integer(64, help="processes and threads of a kernel").tag(config=True)
     sandbox = Bool(True, help="run the kernel in bubblewrap (False: only to try a course out)").tag(config=True)
 
@@ -355,12 +364,29 @@ class SandboxKernelManager(AsyncKernelManager):
         self.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)  # messages waiting to be read: at most this many
         self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
         self.uid = FIRST_UID + secrets.randbelow(1 << 30)  # a user id of its own: the process limit counts per user
+        self.disk_full = False  # set when _watch_disk kills the kernel
         if self.sandbox:
             self.transport, self.ip = "ipc", str(self.sandbox_dir / "kernel-ipc")
             self.connection_file = str(self.sandbox_dir / "kernel.json")
 
     def client(self, **kwargs):
         return super().client(context=self.context, **kwargs)
+
+    async def _async_post_start_kernel(self, **kwargs) -> None:
+        await super()._async_post_start_kernel(**kwargs)
+        threading.Thread(target=self._watch_disk, args=(self.provisioner.process,), daemon=True).start()
+
+    def _watch_disk(self, process) -> None:
+        """Twice a second while the kernel runs: past ``disk_mb`` MiB in its folder, or 10,000 files, it is killed."""
+        while process.poll() is None:
+            size = 0
+            with contextlib.suppress(OSError):  # files removed meanwhile
+                for files, path in enumerate(self.sandbox_dir.rglob("*")):
+                    size += path.lstat().st_blocks * 512
+                    if files > 10_000 or size > self.disk_mb << 20:
+                        self.disk_full = True
+                        return process.kill()
+            time.sleep(0.5)
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
@@ -399,18 +425,15 @@ class SandboxKernelManager(AsyncKernelManager):
             box += ["--ro-bind", str(Path(kernel.__file__).with_name(name)), str(course / name)]
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        env = {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": "/tmp", "USER": "student"}
+        box += ["--clearenv"]  # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        env |= {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": "/tmp", "USER": "student"}
         env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve(), "PYTHONSAFEPATH": 1}  # no module of its
         # own folder stands in for the book's package, or for the module that answers calls
         env["AIAYN_PRETRAINED"] = data.pretrained_dir().resolve()
         for name, value in env.items():
             box += ["--setenv", name, str(value)]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
-
-    async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        await super()._async_cleanup_resources(restart)
-        if not restart:
-            shutil.rmtree(self.sandbox_dir, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -446,19 +469,27 @@ class Execute(NbGraderExecute):
 
         self._checks = {f"{a.key}_{c.key}": (a.key, c.key) for a in ASSIGNMENTS.values() for c in a.checks}
         self._flag(nb, resources, ASSIGNMENTS)
-        self._skipped, self._deadline = {}, time.monotonic() + self.notebook_seconds
+        self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, []
         while True:
             self._out, self._cell, self._stmt = {}, None, None
             try:
                 return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
-                if self.km is not None:  # the folder its kernel left: nbclient does not clean up after a dead kernel
-                    shutil.rmtree(self.km.sandbox_dir, ignore_errors=True)
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
-                why = str(err) if isinstance(err, StuckCell) else "ended its kernel (out of memory, killed or exited)"
+                why = str(err) if isinstance(err, StuckCell) else _ended(self._folders[-1:])
                 self._skipped[(self._cell, self._stmt)] = why
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
+            finally:  # the kernels' folders (jupyter_client's cleanup_resources does not call an override)
+                for manager in self._folders:
+                    shutil.rmtree(manager.sandbox_dir, ignore_errors=True)
+
+    def create_kernel_manager(self):
+        self._folders.append(super().create_kernel_manager())
+        return self.km
+
+    def _update_display_id(self, display_id, msg) -> None:
+        """Displays are never updated in place: an update would pass the limits on output."""
 
     def _flag(self, nb, resources, assignments) -> None:
         """Flags on the student's own cells: code that reaches past its function, and copies of the book's code or of
@@ -569,7 +600,7 @@ class Execute(NbGraderExecute):
         try:
             probe = self.execute_cell(probe, index, store_history=False)
         except DeadKernelError:
-            raise StuckCell("ended its kernel (out of memory, killed or exited)") from None
+            raise StuckCell(_ended([self.km])) from None
         finally:
             self._call_timeout = None
         try:
@@ -620,7 +651,8 @@ class Execute(NbGraderExecute):
             self.kc._iopub_channel = None
             self.kc.iopub_channel  # noqa: B018 (a new connection, whose subscription reaches the kernel meanwhile)
             await asyncio.sleep(0.5)
-            why = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over {RECEIVE_QUEUE} at once"
+            why = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over "
+            why += f"{RECEIVE_QUEUE} at once"
             cell.outputs.append(_error_output("OutputLost", why))
             return cell
 
@@ -653,6 +685,12 @@ def _numbers(value) -> int:
     return count
 
 
+def _ended(managers) -> str:
+    if any(m.disk_full for m in managers):
+        return "ended its kernel: it wrote more to disk than its limit"
+    return "ended its kernel (out of memory, killed or exited)"
+
+
 def _error_output(ename: str, message: str) -> dict:
     return nbformat.v4.new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
 
@@ -663,3 +701,100 @@ def _no_partial_credit(cell) -> None:
     for i, out in enumerate(cell.outputs):
         if out.output_type == "execute_result":
             cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.get("metadata", {}))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# After nbgrader autograde: a line per submission
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _error(cell) -> str:
+    """The error a cell of an autograded notebook ended with: "timed out", "stopped: why", its message, or ""."""
+    for out in cell.get("outputs", []):
+        name, lines = out.get("ename"), str(out.get("evalue", "")).strip().splitlines() or [""]
+        if out.get("output_type") == "error" and name != "KeyboardInterrupt":
+            names = {"CellTimeoutError": "timed out", "CellStopped": f"stopped: {lines[0]}", "Failed": lines[0]}
+            return names.get(name, f"{name}: {lines[0]}")
+    return ""
+
+
+def _cell_lines(nb) -> list[str]:
+    """The report's lines about one graded notebook: changes to its nbgrader cells, stops, cut output, failed checks
+    and flags."""
+    lines, failed, flags, stopped = list(nb.metadata.get("aiayn", {}).get("notes", [])), [], {}, False
+    for i, cell in enumerate(nb.cells):
+        meta, mine, error = cell.metadata.get("nbgrader", {}), cell.metadata.get("aiayn", {}), _error(cell)
+        for flag in mine.get("check", {}).get("flags", []) + mine.get("flags", []):
+            flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+        if mine.get("stopped"):
+            lines.append(f"cell {i} {mine['stopped']}; run again one statement at a time")
+        if error == "timed out":
+            lines.append(f"cell {i} stopped by the time limit; the cells after it ran")
+        elif error.startswith("stopped: "):
+            lines.append(error.removeprefix("stopped: ") + "; graded again without it")
+        elif error.startswith("NotebookTimeLimit") and not stopped:
+            stopped = True
+            lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
+        if error.startswith("OutputLost"):
+            lines.append(f"cell {i}: {error.split(': ', 1)[1]}")
+        if "[output cut: past the " in text:
+            lines.append(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}")
+        if error and not error.startswith("stopped: ") and meta.get("grade"):
+            failed.append((meta["grade_id"], error))
+    if len(failed) > 2 and len({e for _, e in failed}) == 1:
+        lines.append(f"{len(failed)} graded cells failed: {failed[0][1]}")
+    else:
+        lines += [f"{key}: {error}" for key, error in failed]
+    return lines + [f"FLAG {flag} ({', '.join(where)}): read this submission" for flag, where in flags.items()]
+
+
+def _not_graded(submitted: Path) -> str:
+    """Why a submission has no graded notebook."""
+    if problems := odd_files(submitted.parent):
+        return problems[0]
+    try:
+        nbformat.read(submitted, as_version=4)
+    except FileNotFoundError:
+        return "nothing submitted"
+    except Exception as err:  # why nbgrader could not grade it
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"[:80]
+    return "see nbgrader autograde's log"
+
+
+def report(root: Path, assignment: str) -> list[str]:
+    """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
+    then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
+    the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
+
+    root = Path(root).resolve()
+    for need, why in [("gradebook.db", f"run `nbgrader autograde {assignment}` there first"),
+                      ("submitted", f"submissions go in submitted/<student>/{assignment}/")]:  # fmt: skip
+        if not (root / need).exists():
+            raise FileNotFoundError(f"no {need} in {root}: {why}")
+    lines = []
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        try:
+            a = gb.find_assignment(assignment)
+        except MissingEntry:
+            names = ", ".join(x.name for x in gb.assignments) or "none"
+            raise ValueError(f"the gradebook has no assignment {assignment!r}; it has {names}") from None
+        students = sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir())
+        width = max([14] + list(map(len, students)))  # the points in one column
+        for student in students:
+            for name in sorted(nb.name for nb in a.notebooks):
+                graded = root / "autograded" / student / assignment / f"{name}.ipynb"
+                if not graded.exists():
+                    why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
+                    lines.append(f"{student:{width}} {'-':>5} / {a.max_score:g}  not graded: {why}")
+                    continue
+                try:
+                    score = gb.find_submission_notebook(name, assignment, student).score
+                except MissingEntry:
+                    score = 0.0
+                details = _cell_lines(nbformat.read(graded, as_version=4))
+                if score > a.max_score:
+                    details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
+                lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
+                lines += [textwrap.fill(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18) for x in details]
+    return [re.sub(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", "?", line) for line in lines]  # no terminal escapes

@@ -24,6 +24,7 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 # Limits of each submission's kernel, and of what its output may cost the grader.
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
+DISK_MB = 512  # what the kernel may write to disk (its files, 10,000 at most), checked twice a second
 CELL_OUTPUT = 100_000  # characters of output kept per cell; the rest is cut, with a note
 NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
 
@@ -48,6 +49,7 @@ c.Execute.cell_output = CELL_OUTPUT
 c.Execute.notebook_output = NOTEBOOK_OUTPUT
 c.SandboxKernelManager.memory_mb = MEMORY_MB
 c.SandboxKernelManager.processes = PROCESSES
+c.SandboxKernelManager.disk_mb = DISK_MB
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
