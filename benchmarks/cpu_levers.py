@@ -4,6 +4,7 @@ alternating in one process: target tokens per second, sentence pairs per second,
     python benchmarks/cpu_levers.py                  # writes results/cpu_levers.json (about 10 min on 2 cores)
     python benchmarks/cpu_levers.py --steps 2 --rounds 1 --only recipe fp32 --out /tmp/levers.json   # a quick check
     python benchmarks/cpu_levers.py --recipe cpu-fast --only recipe fp32 fused_attention fused_adam   # against cpu-fast
+    python benchmarks/cpu_levers.py --recipe cpu-fast --only recipe dropout --out results/cpu_levers_fast_dropout.json
 
 The recipe's training: the CPU recipe's model (aiayn.training.RECIPES["cpu"], or "cpu-fast" with ``--recipe``) on real
 Multi30k batches of its size (4,096 tokens; 2,048 for cpu-fast) sorted by length (§5.1), the recipe's attention
@@ -11,10 +12,10 @@ Multi30k batches of its size (4,096 tokens; 2,048 for cpu-fast) sorted by length
 (fused; a loop for cpu-fast), the precision ``--precision auto`` picks here (bf16 with AMX or AVX-512 BF16, else fp32)
 and every core. Each variant changes one of these: the precision, the attention (Equation (1) written out, as chapter 2
 writes it, or fused), the optimizer step (Adam's per-parameter loop, or fused), the batches (shuffled pairs, not sorted
-by length: more padding), the threads, the vocabulary (4,000 BPE pieces) and the batch size. ``--compile`` adds
-torch.compile, whose compile time is reported apart. A vocabulary of another size cuts the same sentences into another
-number of tokens, so sentence pairs per second compare it fairly; the rest compare in target tokens. Speed only: which
-setting learns best per second is the recipe search's question (§6.1).
+by length: more padding), the threads, the vocabulary (4,000 BPE pieces), the batch size and dropout (P_drop 0.1, or
+none). ``--compile`` adds torch.compile, whose compile time is reported apart. A vocabulary of another size cuts the
+same sentences into another number of tokens, so sentence pairs per second compare it fairly; the rest compare in
+target tokens. Speed only: which setting learns best per second is the recipe search's question (§6.1).
 
 It also measures the cores' matmul peak (the fastest product of two 2,048 x 2,048 matrices, bf16 and fp32) and the
 share of it that the recipe's training reaches: its matmul and attention FLOPs per target token (counted by torch's
@@ -30,7 +31,7 @@ import time
 from _common import ROOT, write
 
 VARIANTS = ("recipe", "fp32", "math_attention", "fused_attention", "loop_adam", "fused_adam", "unsorted", "one_thread",
-            "bpe4000", "tokens2048", "tokens8192")  # fmt: skip
+            "bpe4000", "tokens2048", "tokens8192", "dropout", "no_dropout")  # fmt: skip
 
 
 def main() -> int:
@@ -86,6 +87,8 @@ def main() -> int:
         else:
             batches = [(*b, b.tokens) for b in EpochBatches(pairs, max_tokens, seed=0)(0)]
         config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer), **recipe["set"])
+        if name in ("dropout", "no_dropout"):  # what drawing dropout's masks costs (P_drop 0.1, or none)
+            config = config.replace(P_drop=0.1 if name == "dropout" else 0.0)
         torch.manual_seed(0)
         model = build(config).train()
         for layer in model.modules():  # Equation (1)'s route, as TrainConfig.attention sets it

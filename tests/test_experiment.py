@@ -430,7 +430,7 @@ def test_cpu_levers_measures_the_written_out_route(encoded_cache, tmp_path):
     import sys
 
     out = tmp_path / "levers.json"
-    argv = ["--recipe", "cpu", "--steps", "1", "--rounds", "1", "--only", "recipe", "math_attention"]
+    argv = ["--recipe", "cpu", "--steps", "1", "--rounds", "1", "--only", "recipe", "math_attention", "no_dropout"]
     done = subprocess.run(
         [sys.executable, str(experiment.ROOT / "benchmarks" / "cpu_levers.py"), *argv, "--out", str(out)],
         capture_output=True,
@@ -439,7 +439,7 @@ def test_cpu_levers_measures_the_written_out_route(encoded_cache, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert report["config"]["recipe"] == "cpu" and set(report["results"]) == {"recipe", "math_attention"}
+    assert report["config"]["recipe"] == "cpu" and set(report["results"]) == {"recipe", "math_attention", "no_dropout"}
     assert all(v["ratio_tokens"] > 0 for v in report["results"].values())
 
 
