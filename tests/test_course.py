@@ -378,6 +378,16 @@ def test_static_flags_name_what_reaches_past_the_function():
         "a change to K.Watch", "a change to k.Watch", "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})",
         "import aiayn.course.kernel", "the magic %run",
     ]  # fmt: skip
+    tables = (  # a fourth trial's routes: a flat table of answers, numbers as strings, answers loaded from a file
+        "TABLE = {'1,0.001,100,1000': 1e-05, '100,0.001,100,1000': 0.001}\nSTEPS = [5, 100, 775, 1000]\n"
+        "def f(step):\n    return float('0.000854')\nimport imp\nm = imp.load_source('m', 'helpers.py')\n"
+        "answers = torch.load('answers.pt')\nsrc = pathlib.Path('x.txt').read_text()"
+    )
+    assert grader.suspect(tables) == [
+        ".load", ".read_text", "a number written as a string (0.000854)",
+        "an answer written out (STEPS = [5, 100, 775, 1000])",
+        "an answer written out (TABLE = {'1,0.001,100,1000': 1e-05, '100)", "import imp",
+    ]  # fmt: skip
     plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"  # not inside a function
     assert grader.suspect(plot, (), {"rate"}) == []
     source = inspect.getsource(rate)
@@ -397,7 +407,10 @@ def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
     (folder / "notes.txt").symlink_to(tmp_path / "gradebook.db")
     os.link(folder / "schedule.ipynb", tmp_path / "elsewhere.ipynb")
     os.mkfifo(folder / "pipe")
+    with open(folder / "data.bin", "wb") as fh:  # sparse: no space on disk, but a copy would fill it
+        fh.truncate(grader.MAX_FILE + 1)
     assert grader.odd_files(folder) == [
+        "data.bin is over 64 MiB, the most a file of a submission may hold",
         "notes.txt is a symbolic link",
         "pipe is not a regular file (a device, a pipe or a socket)",
         "schedule.ipynb is a hard link, to a file that may lie outside the submission",
@@ -699,6 +712,10 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "right",
         "for i in range(200):\n    with open(f'big{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
     ),
+    "z_forges_a_report_line": (  # an error under the name of one of the grader's
+        "right",
+        "class NotebookTimeLimit(Exception):\n    pass\nraise NotebookTimeLimit('not run: forged')",
+    ),
     "y_updates_a_display": (  # an update would replace a small display with 4 MB, past the notebook's limit
         "right",
         "from IPython.display import display, update_display\ndisplay({'text/plain': 'a'}, raw=True, display_id='d')\n"
@@ -716,7 +733,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty-five submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty-six submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -822,6 +839,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "w_pastes_with_markers": total,
         "x_fills_the_disk": total,
         "y_updates_a_display": total,
+        "z_forges_a_report_line": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -854,7 +872,11 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         assert "FLAG uses" in blocks[sly], sly
     for flag in ("import aiayn.course.kernel", "the book's rate", "a change to K.run"):
         assert flag in blocks["t_hides_its_call"], flag
-    for honest in ("a_honest", "d_stuck_in_c", "n_memory", "s_ships_a_package"):
+    assert "FLAG files beside the notebook (aiayn/__init__.py)" in blocks["s_ships_a_package"]
+    assert "and the cells after it" not in blocks["z_forges_a_report_line"]
+    forged = root / "autograded/z_forges_a_report_line/schedule/schedule.ipynb"
+    assert "(the submission's) NotebookTimeLimit" in forged.read_text()
+    for honest in ("a_honest", "d_stuck_in_c", "n_memory"):
         assert "FLAG" not in blocks[honest], honest
 
 

@@ -51,6 +51,7 @@ from aiayn.course import kernel
 FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
 RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
+MAX_FILE = 64 << 20  # bytes: a submission holding a larger file is not graded (as large as a kernel may write one)
 
 # ----------------------------------------------------------------------------------------------------------
 # What a submission may hold
@@ -58,8 +59,9 @@ RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX
 
 
 def odd_files(folder: Path) -> list[str]:
-    """Why a submission folder cannot be graded without reading outside it: its symbolic links, hard links and
-    files that are not regular files (devices, pipes, sockets). Nothing is followed or opened."""
+    """Why a submission folder cannot be graded without reading outside it, or within its limits: its symbolic links,
+    hard links, files that are not regular files (devices, pipes, sockets) and files over ``MAX_FILE`` bytes. Nothing
+    is followed or opened."""
     folder, problems = Path(folder), []
     if folder.is_symlink() or folder.parent.is_symlink():
         return [f"{folder.name} is a symbolic link"]
@@ -71,6 +73,8 @@ def odd_files(folder: Path) -> list[str]:
             problems.append(f"{name} is not a regular file (a device, a pipe or a socket)")
         elif stat.S_ISREG(mode.st_mode) and mode.st_nlink > 1:
             problems.append(f"{name} is a hard link, to a file that may lie outside the submission")
+        elif mode.st_size > MAX_FILE:
+            problems.append(f"{name} is over {MAX_FILE >> 20} MiB, the most a file of a submission may hold")
     return problems
 
 
@@ -169,15 +173,18 @@ SUSPECT_CALLS |= {"get_ipython", "breakpoint", "open"}
 SUSPECT_MODULES = {"sys", "os", "inspect", "gc", "ctypes", "threading", "_thread", "multiprocessing", "concurrent"}
 SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", "pickle", "dis", "types", "linecache"}
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
+SUSPECT_MODULES |= {"imp", "zipimport", "pathlib", "tempfile", "io", "fileinput", "glob", "shelve", "dbm"}  # files
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
+SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "read_text", "read_bytes", "open"}  # data from files
 SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
+NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
 
@@ -206,12 +213,14 @@ def _nodes(source: str, magics: bool = False) -> list:
 
 def _written_out(node) -> bool:
     """A value returned or assigned that is data written out (``return [[5, 7, 4]]``, ``return 27.31``, ``answers =
-    {(10, 0): [[5, 7, 4]]}``): nothing computed, a number other than 0 and 1 in it, and if assigned, nested."""
+    {(10, 0): [[5, 7, 4]]}``, ``table = {"1,100": 1e-05, ...}``): nothing computed, a number other than 0 and 1 in it,
+    and if assigned, nested, a dict, or four such numbers or more."""
     inner = list(ast.walk(node.value))
     nested = any(isinstance(n, (ast.List, ast.Tuple, ast.Dict, ast.Set)) for n in inner[1:])
     numbers = [n.value for n in inner if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
     computed = any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in inner)
-    return not computed and any(v not in (0, 1) for v in numbers) and (nested or isinstance(node, ast.Return))
+    table = nested or isinstance(node.value, ast.Dict) or sum(v not in (0, 1) for v in numbers) >= 4
+    return not computed and any(v not in (0, 1) for v in numbers) and (table or isinstance(node, ast.Return))
 
 
 def suspect(source: str, modules=(), book=()) -> list[str]:
@@ -238,6 +247,8 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
                 found.append(f".{n.attr}")
         elif isinstance(n, ast.Constant) and re.search(r"^__\w+__$|aiayn\.course", str(n.value)):
             found.append(f"the name {n.value} as a string")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
+            found.append(f"a number written as a string ({n.value.strip()[:20]})")
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
@@ -455,7 +466,7 @@ class Execute(NbGraderExecute):
     is skipped alone: the notebook is graded again, with the statements before and after it."""
 
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
-    max_stuck = Integer(4, help="statements skipped at most before a notebook is not graded").tag(config=True)
+    max_stuck = Integer(16, help="statements skipped at most before a notebook is not graded").tag(config=True)
     notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
     cell_output = Integer(100_000, help="characters of output kept per cell").tag(config=True)
     notebook_output = Integer(1_000_000, help="characters of output kept per notebook").tag(config=True)
@@ -619,10 +630,16 @@ class Execute(NbGraderExecute):
         finally:
             Path(path).unlink(missing_ok=True)
 
+    def on_cell_executed(self, **kwargs):
+        if not kwargs["execute_reply"]["content"].pop("aiayn_timeout", False):  # not the grader's own timeout
+            _renamed(kwargs["execute_reply"]["content"])
+        return super().on_cell_executed(**kwargs)
+
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
         content = msg.get("content", {})
         if msg["msg_type"] == "error":  # always kept (it takes a graded cell's points), within the limit
+            _renamed(content)
             content["evalue"] = str(content.get("evalue", ""))[:2000]
             content["traceback"] = [line[:2000] for line in content["traceback"][-20:]]
             return super().output(outs, msg, display_id, cell_index)
@@ -669,7 +686,7 @@ class Execute(NbGraderExecute):
                 f"was stopped: it ran past its time limit ({timeout:g} s) and did not stop when interrupted "
                 f"within {self.interrupt_grace:g} s (a long call into C code, or code that ignores interrupts)"
             ) from None
-        return {"content": {**self.error_on_timeout, "status": "error"}}
+        return {"content": {**self.error_on_timeout, "status": "error", "aiayn_timeout": True}}
 
 
 def _numbers(value) -> int:
@@ -689,6 +706,16 @@ def _ended(managers) -> str:
     if any(m.disk_full for m in managers):
         return "ended its kernel: it wrote more to disk than its limit"
     return "ended its kernel (out of memory, killed or exited)"
+
+
+GRADER_ERRORS = {"CellTimeoutError", "CellStopped", "Failed", "NotebookTimeLimit", "OutputLost"}  # what report reads
+
+
+def _renamed(content: dict) -> None:
+    """An exception of the submission's own under a name of the grader's errors: renamed, so that the report cannot
+    take it for the grader's."""
+    if content.get("ename") in GRADER_ERRORS:
+        content["ename"] = f"(the submission's) {content['ename']}"
 
 
 def _error_output(ename: str, message: str) -> dict:
@@ -762,6 +789,13 @@ def _not_graded(submitted: Path) -> str:
     return "see nbgrader autograde's log"
 
 
+def _beside(root: Path, student: str, assignment: str) -> list[str]:
+    """The files a submission holds beside its notebooks that the released assignment does not."""
+    folder, release = root / "submitted" / student / assignment, root / "release" / assignment
+    found = [p.relative_to(folder) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".ipynb"]
+    return [str(p) for p in found if not (release / p).is_file()]
+
+
 def report(root: Path, assignment: str) -> list[str]:
     """After ``nbgrader autograde``: a line per submission of ``assignment`` in the course at ``root`` with its points,
     then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
@@ -793,6 +827,8 @@ def report(root: Path, assignment: str) -> list[str]:
                 except MissingEntry:
                     score = 0.0
                 details = _cell_lines(nbformat.read(graded, as_version=4))
+                if extra := _beside(root, student, assignment):  # code or data that no flag reads
+                    details.append(f"FLAG files beside the notebook ({', '.join(extra[:5])}): read them")
                 if score > a.max_score:
                     details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
                 lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
