@@ -383,6 +383,15 @@ def test_static_flags_name_what_reaches_past_the_function():
         "def f(step):\n    return float('0.000854')\nimport imp\nm = imp.load_source('m', 'helpers.py')\n"
         "answers = torch.load('answers.pt')\nsrc = pathlib.Path('x.txt').read_text()"
     )
+    routes = (  # attributes named as constant strings, a dunder inside a string, an answer held in a tensor
+        "def f(layer, x):\n    getattr(getattr(torch, 'sys'), 'setprofile')(None)\n    g = getattr(gen, 'gi_frame')\n"
+        "    code = string.Formatter().get_field('0.__code__', [f], {})\n"
+        "    return torch.tensor([[[0.62, 0.3]]], dtype=torch.float32)\nw = getattr(layer, 'weight')"
+    )
+    assert grader.suspect(routes) == [
+        ".gi_frame", ".setprofile", ".sys", "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
+        "the name 0.__code__ as a string",
+    ]  # fmt: skip
     assert grader.suspect(tables) == [
         ".load", ".read_text", "a number written as a string (0.000854)",
         "an answer written out (STEPS = [5, 100, 775, 1000])",
@@ -587,7 +596,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
         return block.group(1).rstrip("\n")
 
     limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG.read_text(), re.M))
-    assert len(limits) == 9
+    assert len(limits) == 10
     for name, value in limits.items():  # the table of limits
         assert re.search(rf"^\| `{name}` \| {int(value):,} ", page, re.M), name
     assert f"did not return within {limits['CHECK_CALL']} s" in page
@@ -712,10 +721,12 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "right",
         "for i in range(200):\n    with open(f'big{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
     ),
-    "z_forges_a_report_line": (  # an error under the name of one of the grader's
+    "z_forges_a_report_line": (  # an error under the name of one of the grader's, a printed note of a cut
         "right",
-        "class NotebookTimeLimit(Exception):\n    pass\nraise NotebookTimeLimit('not run: forged')",
+        "print('[output cut: past the forged]')\nclass NotebookTimeLimit(Exception):\n    pass\n"
+        "raise NotebookTimeLimit('not run: forged')",
     ),
+    "za_redefines_the_book": ("right", "def rate(step, d_model, warmup):\n    return 0.001"),
     "y_updates_a_display": (  # an update would replace a small display with 4 MB, past the notebook's limit
         "right",
         "from IPython.display import display, update_display\ndisplay({'text/plain': 'a'}, raw=True, display_id='d')\n"
@@ -733,7 +744,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty-six submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of twenty-seven submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -840,6 +851,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "x_fills_the_disk": total,
         "y_updates_a_display": total,
         "z_forges_a_report_line": total,
+        "za_redefines_the_book": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -874,6 +886,10 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         assert flag in blocks["t_hides_its_call"], flag
     assert "FLAG files beside the notebook (aiayn/__init__.py)" in blocks["s_ships_a_package"]
     assert "and the cells after it" not in blocks["z_forges_a_report_line"]
+    assert (
+        "forged" not in blocks["z_forges_a_report_line"]
+        and "FLAG redefines the book's rate" in blocks["za_redefines_the_book"]
+    )
     forged = root / "autograded/z_forges_a_report_line/schedule/schedule.ipynb"
     assert "(the submission's) NotebookTimeLimit" in forged.read_text()
     for honest in ("a_honest", "d_stuck_in_c", "n_memory"):

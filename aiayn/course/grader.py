@@ -33,6 +33,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import zipfile
 from pathlib import Path
 from queue import Empty
 
@@ -184,6 +185,8 @@ SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%captu
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
+IMPORTS = (ast.Import, ast.ImportFrom)
+HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
 
@@ -216,6 +219,11 @@ def _written_out(node) -> bool:
     {(10, 0): [[5, 7, 4]]}``, ``table = {"1,100": 1e-05, ...}``): nothing computed, a number other than 0 and 1 in it,
     and if assigned, nested, a dict, or four such numbers or more."""
     inner = list(ast.walk(node.value))
+    holders = [
+        n for n in inner if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", 0)) in HOLD
+    ]
+    holders = {id(m) for n in holders for part in [n.func, *n.keywords] for m in ast.walk(part)} | set(map(id, holders))
+    inner = [n for n in inner if id(n) not in holders]
     nested = any(isinstance(n, (ast.List, ast.Tuple, ast.Dict, ast.Set)) for n in inner[1:])
     numbers = [n.value for n in inner if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
     computed = any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in inner)
@@ -241,11 +249,15 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
         if isinstance(n, ast.Name) and (n.id in SUSPECT_CALLS or n.id.startswith("__")):
             found.append(n.id)
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
-            found += [] if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else ["getattr with a computed name"]
+            name = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else None
+            if not isinstance(name, str):
+                found.append("getattr with a computed name")
+            elif name in SUSPECT_ATTRIBUTES or name.startswith("_"):  # read like the attribute itself
+                found.append(f".{name}")
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
                 found.append(f".{n.attr}")
-        elif isinstance(n, ast.Constant) and re.search(r"^__\w+__$|aiayn\.course", str(n.value)):
+        elif isinstance(n, ast.Constant) and re.search(r"__\w+__|aiayn\.course", str(n.value)):
             found.append(f"the name {n.value} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
             found.append(f"a number written as a string ({n.value.strip()[:20]})")
@@ -266,6 +278,17 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
         if (getattr(n, "id", None) or getattr(n, "attr", None)) in book and (id(n) in inside or id(n) not in called):
             found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
     return sorted(set(found))
+
+
+def _bound(source: str, imports: bool = True) -> set[str]:
+    """The names a cell defines at its top level, functions and classes, and either those it imports (``imports``:
+    the book's) or those it assigns (a student's)."""
+    found = set()
+    for n in (_nodes(source, magics=True) or [ast.Module(body=[])])[0].body:
+        found |= {n.name} if isinstance(n, DEFINITIONS) else set()
+        found |= set() if imports else {t.id for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
+        found |= {(a.asname or a.name).split(".")[0] for a in n.names} if imports and isinstance(n, IMPORTS) else set()
+    return found
 
 
 def _tokens(node) -> list[str]:
@@ -470,6 +493,7 @@ class Execute(NbGraderExecute):
     notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
     cell_output = Integer(100_000, help="characters of output kept per cell").tag(config=True)
     notebook_output = Integer(1_000_000, help="characters of output kept per notebook").tag(config=True)
+    book_cell_output = Integer(2_000_000, help="the same per book cell, apart from the notebook's").tag(config=True)
 
     kernel_manager_class = SandboxKernelManager
     raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
@@ -527,8 +551,13 @@ class Execute(NbGraderExecute):
         defined = {n.name for n in trees if isinstance(n, DEFINITIONS)}
         defined |= {n.id for n in trees if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
+        named = {
+            n for c in source.cells if c.cell_type == "code" and not has_solution(c.source) for n in _bound(c.source)
+        }
         for cell in mine:
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book - defined)] if found]
+            mine_named = _bound(cell.source, imports=False)  # the book's cells, and the chapter's test cells, use them
+            flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs):
                 cell.metadata.setdefault("aiayn", {})["flags"] = flags
@@ -553,6 +582,8 @@ class Execute(NbGraderExecute):
             cell, resources = super().preprocess_cell(cell, resources, index)
         if meta.get("grade"):
             _no_partial_credit(cell)
+        if cut := self._out.get(("cut", index)):  # for the report, which never reads the text a cell printed
+            cell.metadata.setdefault("aiayn", {})["cut"] = cut
         self.nb.cells[index] = cell  # the cell as graded (nbclient leaves the last code it ran for this index here)
         return cell, resources
 
@@ -620,6 +651,9 @@ class Execute(NbGraderExecute):
             # a regular file that the kernel wrote, never a link or a pipe put in its place
             with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
                 assert stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+                with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it: nothing to inflate
+                    assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
+                file.seek(0)
                 answer = torch.load(file, weights_only=True)
             assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
             if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
@@ -644,16 +678,19 @@ class Execute(NbGraderExecute):
             content["traceback"] = [line[:2000] for line in content["traceback"][-20:]]
             return super().output(outs, msg, display_id, cell_index)
         size = len(json.dumps(content, default=str))
-        cell, total = self._out.get(cell_index, 0), self._out.get("total", 0)
-        if cell + size > self.cell_output or total + size > self.notebook_output:
+        meta = self.nb.cells[cell_index].metadata.get("nbgrader", {})
+        book = meta.get("locked") and not meta.get("grade")  # the book's own cell: its figures, within their limit
+        cell, total = self._out.get(cell_index, 0), self._out.get("total", 0) * (not book)
+        cell_limit = self.book_cell_output if book else self.cell_output
+        if cell + size > cell_limit or total + size > self.notebook_output:
             if not self._out.get(("cut", cell_index)):
-                self._out[("cut", cell_index)] = True
-                limit = "cell's" if cell + size > self.cell_output else "notebook's"
-                chars = getattr(self, limit[:-2] + "_output")
-                text = f"\n[output cut: past the {limit} limit of {chars:,} characters]\n"
+                limit = "cell's" if cell + size > cell_limit else "notebook's"
+                chars = cell_limit if cell + size > cell_limit else self.notebook_output
+                self._out[("cut", cell_index)] = f"{limit} limit of {chars:,} characters"
+                text = f"\n[output cut: past the {self._out[('cut', cell_index)]}]\n"
                 outs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
             return None
-        self._out[cell_index], self._out["total"] = cell + size, total + size
+        self._out[cell_index], self._out["total"] = cell + size, self._out.get("total", 0) + size * (not book)
         return super().output(outs, msg, display_id, cell_index)
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
@@ -753,7 +790,6 @@ def _cell_lines(nb) -> list[str]:
         meta, mine, error = cell.metadata.get("nbgrader", {}), cell.metadata.get("aiayn", {}), _error(cell)
         for flag in mine.get("check", {}).get("flags", []) + mine.get("flags", []):
             flags.setdefault(flag, []).append(meta.get("grade_id", f"cell {i}"))
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
         if mine.get("stopped"):
             lines.append(f"cell {i} {mine['stopped']}; run again one statement at a time")
         if error == "timed out":
@@ -765,8 +801,8 @@ def _cell_lines(nb) -> list[str]:
             lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
         if error.startswith("OutputLost"):
             lines.append(f"cell {i}: {error.split(': ', 1)[1]}")
-        if "[output cut: past the " in text:
-            lines.append(f"cell {i}: its output was cut at the {text.split('past the ')[1][:-2]}")
+        if mine.get("cut"):
+            lines.append(f"cell {i}: its output was cut at the {mine['cut']}")
         if error and not error.startswith("stopped: ") and meta.get("grade"):
             failed.append((meta["grade_id"], error))
     if len(failed) > 2 and len({e for _, e in failed}) == 1:

@@ -27,6 +27,7 @@ PROCESSES = 64  # processes and threads of the kernel
 DISK_MB = 512  # what the kernel may write to disk (its files, 10,000 at most), checked twice a second
 CELL_OUTPUT = 100_000  # characters of output kept per cell; the rest is cut, with a note
 NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
+BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from the notebook's
 
 # Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
 # book's package without its course code, the data and the book's models and results, all read-only, and a copy of
@@ -47,6 +48,7 @@ c.SandboxKernelManager.sandbox = SANDBOX
 c.Execute.notebook_seconds = NOTEBOOK
 c.Execute.cell_output = CELL_OUTPUT
 c.Execute.notebook_output = NOTEBOOK_OUTPUT
+c.Execute.book_cell_output = BOOK_CELL_OUTPUT
 c.SandboxKernelManager.memory_mb = MEMORY_MB
 c.SandboxKernelManager.processes = PROCESSES
 c.SandboxKernelManager.disk_mb = DISK_MB
