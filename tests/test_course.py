@@ -393,7 +393,7 @@ def test_static_flags_name_what_reaches_past_the_function():
         "the name 0.__code__ as a string",
     ]  # fmt: skip
     assert grader.suspect(tables) == [
-        ".load", ".read_text", "a number written as a string (0.000854)",
+        ".load", ".read_text", "a number written as a string",
         "an answer written out (STEPS = [5, 100, 775, 1000])",
         "an answer written out (TABLE = {'1,0.001,100,1000': 1e-05, '100)", "import imp",
     ]  # fmt: skip
