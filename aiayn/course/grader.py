@@ -554,6 +554,13 @@ class Execute(NbGraderExecute):
         named = {
             n for c in source.cells if c.cell_type == "code" and not has_solution(c.source) for n in _bound(c.source)
         }
+        self._defined = sorted(  # top-level definitions of the book's cells (not imports)
+            n.name
+            for c in source.cells
+            if c.cell_type == "code" and not has_solution(c.source)
+            for n in (_nodes(c.source) or [ast.Module(body=[])])[0].body
+            if isinstance(n, DEFINITIONS)
+        )
         for cell in mine:
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book - defined)] if found]
             mine_named = _bound(cell.source, imports=False)  # the book's cells, and the chapter's test cells, use them
@@ -632,6 +639,7 @@ class Execute(NbGraderExecute):
         import torch
 
         request["answer"] = path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
+        request["defined"] = self._defined  # the chapter's own definitions, which the call watch also looks for
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         # a fresh copy of the module that answers, run from its file: not the one a submission may have patched

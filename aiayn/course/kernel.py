@@ -73,7 +73,7 @@ def run(req: dict, namespace: dict) -> dict:
         args[req["grad"]].requires_grad_(True)
     if any(isinstance(a, torch.optim.Optimizer) for a in args):
         import torch._dynamo  # noqa: F401  (an optimizer's first step imports it: not the student's time)
-    watch = Watch(req["references"], namespace)
+    watch = Watch(req["references"], namespace, req.get("defined"))
     start = time.perf_counter()
     try:
         if init is not None and isinstance(f, type):  # a class: made with `init`, then called with the inputs
@@ -157,11 +157,13 @@ class Watch:
     whatever the route (``torch.ops.aten``, a thread). A pasted copy is not a call: the grader flags it from the
     submission's source (``grader.near_copies``)."""
 
-    def __init__(self, references: list[str], namespace: dict):
+    def __init__(self, references: list[str], namespace: dict, defined=None):
+        """``defined``: under the grader, the names the book's cells define; a student's own function or class of the
+        same name is not the chapter's definition."""
         self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
             module, qualname, obj = reference_source(path)
-            mine = namespace
+            mine = namespace if defined is None or qualname.split(".")[0] in defined else {}
             for part in qualname.split("."):
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
             found = _codes(obj) + _codes(mine)
