@@ -726,7 +726,12 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "print('[output cut: past the forged]')\nclass NotebookTimeLimit(Exception):\n    pass\n"
         "raise NotebookTimeLimit('not run: forged')",
     ),
-    "za_redefines_the_book": ("right", "def rate(step, d_model, warmup):\n    return 0.001"),
+    "za_redefines_the_book": (  # a function of its own named like the book's: flagged, and not the book's call
+        "right_named_inner+def rate(step, d_model, warmup):\n    return 0.001\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    rate(step, 512, warmup)\n"
+        "    return inner(step, peak, warmup, total)",
+        "",
+    ),
     "y_updates_a_display": (  # an update would replace a small display with 4 MB, past the notebook's limit
         "right",
         "from IPython.display import display, update_display\ndisplay({'text/plain': 'a'}, raw=True, display_id='d')\n"
