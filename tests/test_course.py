@@ -392,6 +392,16 @@ def test_static_flags_name_what_reaches_past_the_function():
         ".gi_frame", ".setprofile", ".sys", "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
         "the name 0.__code__ as a string",
     ]  # fmt: skip
+    routes = (  # a fifth trial's: the call watch patched by name, a thread or a fork by other modules, PyTorch's own
+        "from unittest import mock\nimport logging.handlers, posix, mmap, re\n"
+        "from torch.nn.attention.flex_attention import flex_attention\n"
+        "def f(q, k, v, label_smoothing=0.1):\n    p = re.compile('x')\n"
+        "    y = F.cross_entropy(q, k, label_smoothing=0.1)\n    return F.scaled_dot_product_attention(q, k, v)"
+    )
+    assert grader.suspect(routes) == [
+        "PyTorch's own flex_attention", "PyTorch's own label_smoothing", "PyTorch's own scaled_dot_product_attention",
+        "import logging.handlers", "import mmap", "import posix", "import unittest", "import unittest.mock",
+    ]  # fmt: skip
     assert grader.suspect(tables) == [
         ".load", ".read_text", "a number written as a string",
         "an answer written out (STEPS = [5, 100, 775, 1000])",

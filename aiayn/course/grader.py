@@ -175,10 +175,13 @@ SUSPECT_MODULES = {"sys", "os", "inspect", "gc", "ctypes", "threading", "_thread
 SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", "pickle", "dis", "types", "linecache"}
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
 SUSPECT_MODULES |= {"imp", "zipimport", "pathlib", "tempfile", "io", "fileinput", "glob", "shelve", "dbm"}  # files
+SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mmap", "resource", "fcntl", "pty"}
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
-SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "read_text", "read_bytes", "open"}  # data from files
+SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes", "open"}  # files
+LS = {"label_smoothing"}  # the keyword of PyTorch's own label smoothing (F.cross_entropy)
+PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
@@ -256,7 +259,13 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
                 found.append(f".{name}")
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
-                found.append(f".{n.attr}")
+                found += [] if (n.attr, getattr(n.value, "id", "")) == ("compile", "re") else [f".{n.attr}"]
+        elif (
+            getattr(n, "attr", getattr(n, "id", getattr(n, "name", None))) in PYTORCHS
+            or isinstance(n, ast.keyword)
+            and n.arg in LS
+        ):
+            found.append(f"PyTorch's own {getattr(n, 'attr', getattr(n, 'id', getattr(n, 'name', None))) or n.arg}")
         elif isinstance(n, ast.Constant) and re.search(r"__\w+__|aiayn\.course", str(n.value)):
             found.append(f"the name {n.value} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
@@ -554,15 +563,13 @@ class Execute(NbGraderExecute):
         named = {
             n for c in source.cells if c.cell_type == "code" and not has_solution(c.source) for n in _bound(c.source)
         }
-        self._defined = sorted(  # top-level definitions of the book's cells (not imports)
-            n.name
-            for c in source.cells
-            if c.cell_type == "code" and not has_solution(c.source)
-            for n in (_nodes(c.source) or [ast.Module(body=[])])[0].body
-            if isinstance(n, DEFINITIONS)
-        )
+        self._defined = {}  # the book's cells that define functions and classes, for the call watch
+        for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
+            text = "\n".join(map(_past_magic, c.source.split("\n")))
+            for n in (_nodes(text) or [ast.Module(body=[])])[0].body:
+                self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
         for cell in mine:
-            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book - defined)] if found]
+            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
             mine_named = _bound(cell.source, imports=False)  # the book's cells, and the chapter's test cells, use them
             flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
@@ -864,6 +871,7 @@ def report(root: Path, assignment: str) -> list[str]:
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
                 if not graded.exists():
                     why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
+                    why = re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", "?", why)  # a file name holds any of them
                     lines.append(f"{student:{width}} {'-':>5} / {a.max_score:g}  not graded: {why}")
                     continue
                 try:

@@ -150,6 +150,18 @@ def _codes(obj) -> list:
     return [obj.__code__] if isinstance(getattr(obj, "__code__", None), types.CodeType) else []
 
 
+def _compiled(source: str) -> list:
+    """Every code object of a piece of code, compiled ([] when it does not compile)."""
+    try:
+        todo, found = [compile(source, "<book>", "exec")], []
+    except SyntaxError:
+        return []
+    while todo:
+        found.append(todo.pop())
+        todo += [c for c in found[-1].co_consts if isinstance(c, types.CodeType)]
+    return found
+
+
 class Watch:
     """``watch(f, *args)`` runs the student's ``f`` with a time limit and records each call of a reference, in every
     thread the call starts: the book's function or class, or the chapter's own definition of it earlier in the
@@ -157,16 +169,20 @@ class Watch:
     whatever the route (``torch.ops.aten``, a thread). A pasted copy is not a call: the grader flags it from the
     submission's source (``grader.near_copies``)."""
 
-    def __init__(self, references: list[str], namespace: dict, defined=None):
-        """``defined``: under the grader, the names the book's cells define; a student's own function or class of the
-        same name is not the chapter's definition."""
+    def __init__(self, references: list[str], namespace: dict, defined: dict | None = None):
+        """``defined``: under the grader, the source of the book's cell that defines each name; the namespace's object
+        of that name is the chapter's definition only if its compiled code is that cell's (not a student's own)."""
         self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
             module, qualname, obj = reference_source(path)
-            mine = namespace if defined is None or qualname.split(".")[0] in defined else {}
+            mine = namespace
             for part in qualname.split("."):
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
-            found = _codes(obj) + _codes(mine)
+            mine = _codes(mine)
+            if defined is not None:
+                book = {c.co_code for c in _compiled(defined.get(qualname.split(".")[0], ""))}
+                mine = [c for c in mine if c.co_code in book]
+            found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
                 self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
