@@ -260,12 +260,10 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
                 found += [] if (n.attr, getattr(n.value, "id", "")) == ("compile", "re") else [f".{n.attr}"]
-        elif (
-            getattr(n, "attr", getattr(n, "id", getattr(n, "name", None))) in PYTORCHS
-            or isinstance(n, ast.keyword)
-            and n.arg in LS
-        ):
-            found.append(f"PyTorch's own {getattr(n, 'attr', getattr(n, 'id', getattr(n, 'name', None))) or n.arg}")
+        elif (named := getattr(n, "attr", getattr(n, "id", getattr(n, "name", None)))) in PYTORCHS:
+            found.append(f"PyTorch's own {named}")
+        elif isinstance(n, ast.keyword) and n.arg in LS:
+            found.append(f"PyTorch's own {n.arg}")
         elif isinstance(n, ast.Constant) and re.search(r"__\w+__|aiayn\.course", str(n.value)):
             found.append(f"the name {n.value} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
@@ -289,15 +287,9 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     return sorted(set(found))
 
 
-def _bound(source: str, imports: bool = True) -> set[str]:
-    """The names a cell defines at its top level, functions and classes, and either those it imports (``imports``:
-    the book's) or those it assigns (a student's)."""
-    found = set()
-    for n in (_nodes(source, magics=True) or [ast.Module(body=[])])[0].body:
-        found |= {n.name} if isinstance(n, DEFINITIONS) else set()
-        found |= set() if imports else {t.id for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
-        found |= {(a.asname or a.name).split(".")[0] for a in n.names} if imports and isinstance(n, IMPORTS) else set()
-    return found
+def _top(source: str) -> list:
+    """The top-level statements of a cell, read past its magic lines ([] when it is not Python)."""
+    return (_nodes(source, magics=True) or [ast.Module(body=[])])[0].body
 
 
 def _tokens(node) -> list[str]:
@@ -560,17 +552,19 @@ class Execute(NbGraderExecute):
         defined = {n.name for n in trees if isinstance(n, DEFINITIONS)}
         defined |= {n.id for n in trees if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
-        named = {
-            n for c in source.cells if c.cell_type == "code" and not has_solution(c.source) for n in _bound(c.source)
-        }
-        self._defined = {}  # the book's cells that define functions and classes, for the call watch
+        self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
             text = "\n".join(map(_past_magic, c.source.split("\n")))
-            for n in (_nodes(text) or [ast.Module(body=[])])[0].body:
+            for n in _top(text):
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
+                named |= {(a.asname or a.name).split(".")[0] for a in n.names} if isinstance(n, IMPORTS) else set()
+        named |= set(self._defined)
         for cell in mine:
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
-            mine_named = _bound(cell.source, imports=False)  # the book's cells, and the chapter's test cells, use them
+            # what the cell defines or assigns at its top level, which the book's cells and test cells would then use
+            top = _top(cell.source)
+            mine_named = {n.name for n in top if isinstance(n, DEFINITIONS)}
+            mine_named |= {t.id for n in top for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
             flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs):
