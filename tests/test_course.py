@@ -613,6 +613,10 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import Execute
 
     assert f"`c.Execute.interrupt_grace`, {Execute.class_traits()['interrupt_grace'].default_value:g} s" in page
+    assert f"Up to {Execute.class_traits()['max_stuck'].default_value} statements are skipped" in page
+    from aiayn.course.grader import MAX_FILE
+
+    assert f"a file over {MAX_FILE >> 20} MiB (`MAX_FILE`" in page
 
     root = tmp_path / "my-course"
     assert course.main(["course", str(root), "label_smoothing"]) == 0
