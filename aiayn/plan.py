@@ -8,6 +8,7 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan show [--profile gpu]          # every stage's commands
     python -m aiayn.plan run search --out DIR          # on the GPU: throughput of 1-8 runs at once, Table 3 on val
     python -m aiayn.plan run recipes --out DIR         # candidate recipes side by side, 3 seeds each, chosen on val
+    python -m aiayn.plan run longer --out DIR          # the same with fewer runs at once: more epochs each
     python -m aiayn.plan run final --out DIR           # both directions and the floor (--recipe gpu), more seeds;
                                                        # the decoding benchmark; pretrained files
     python -m aiayn.plan run speed --out DIR           # the benchmarks, the fp16 path (again: what did not fit)
@@ -37,7 +38,7 @@ from aiayn import ROOT, corpus, variations
 from aiayn.runs import config as run_config
 from aiayn.runs import launch
 
-STAGES = ("search", "recipes", "final", "speed")
+STAGES = ("search", "recipes", "longer", "final", "speed")
 FINAL_RUNS = {
     "gpu-en-de": ("en-de", "aiayn"),
     "gpu-de-en": ("de-en", "aiayn"),
@@ -45,6 +46,7 @@ FINAL_RUNS = {
     "gpu-floor-de-en": ("de-en", "torch"),
 }
 RECIPES = "gpu-recipes"  # the recipes stage's folder: candidate recipes, several seeds each
+LONGER = "gpu-longer"  # the longer stage's: fewer runs at once, so each trains for more epochs
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
 # Table 3's rows as the GPU stage trains them (results/variations)
 TABLE3 = [
@@ -98,6 +100,24 @@ PROFILES = {
                 "gpu-16k": {"max_tokens": 16384},
                 "wide-p3": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"]},
                 "wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384},
+            },
+        },
+        # the recipes stage again with six runs at once rather than sixteen, so that each run trains for about
+        # three times as many epochs: larger and more regularised models against the chosen candidate
+        "longer": {
+            "parallel": 6,
+            "budget": 450,
+            "eval_reserve": 80,
+            "seeds": [0],
+            "reverse_seeds": [],
+            "settings": {"recipe": "gpu"},
+            "candidates": {
+                "gpu-16k": {"max_tokens": 16384},
+                "p3-16k": {"set": ["P_drop=0.3"], "max_tokens": 16384},
+                "deep-p3-16k": {"set": ["N=6", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384},
+                "wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384},
+                "p3-32k": {"set": ["P_drop=0.3"], "max_tokens": 32768},
+                "wide-p3-32k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 32768},
             },
         },
         "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
@@ -167,6 +187,15 @@ PROFILES = {
             "reverse_seeds": [],
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}, "tiny-p1": {"set": ["P_drop=0.1"]}},
+        },
+        "longer": {
+            "parallel": 1,
+            "budget": 50,
+            "eval_reserve": 35,
+            "seeds": [0],
+            "reverse_seeds": [],
+            "settings": {**TINY, "max_output": 6},
+            "candidates": {"tiny": {}},
         },
         "final": {
             "parallel": 2,
@@ -351,11 +380,13 @@ def _spread(values: list[float | None]) -> dict:
     return {"mean": mean, "min": min(done, default=None), "max": max(done, default=None), "n": len(done)}
 
 
-def recipes(profile: dict, out: Path, scratch: Path) -> dict:
+def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
-    Writes `out`/gpu-recipes/: a folder of runs per candidate, their logs, and recipes.json."""
-    p, out, scratch = profile["recipes"], out / RECIPES, scratch / RECIPES
+    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/): a folder of runs per candidate, their logs, and
+    recipes.json."""
+    folder = RECIPES if stage == "recipes" else LONGER
+    p, out, scratch = profile[stage], out / folder, scratch / folder
     settings = {"bpe_size": profile["bpe_size"], **p["settings"]}
     corpus.encoded(settings["bpe_size"])
     runs, spec = {}, {}
@@ -526,12 +557,13 @@ def show(profile_name: str) -> str:
         f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
         f"then recipe.json, the row with the best val BLEU"
     )
-    r = profile["recipes"]
-    lines.append(
-        f"recipes: {', '.join(r['candidates'])} on {' '.join(_flags(r['settings']))}, EN→DE seeds "
-        f"{', '.join(map(str, r['seeds']))} and DE→EN seeds {', '.join(map(str, r['reverse_seeds'])) or 'none'}, "
-        f"{r['parallel']} at once, --time-budget {r['budget']}; then {RECIPES}/recipes.json, the best on val BLEU"
-    )
+    for stage, folder in (("recipes", RECIPES), ("longer", LONGER)):
+        r = profile[stage]
+        lines.append(
+            f"{stage}: {', '.join(r['candidates'])} on {' '.join(_flags(r['settings']))}, EN→DE seeds "
+            f"{', '.join(map(str, r['seeds']))} and DE→EN seeds {', '.join(map(str, r['reverse_seeds'])) or 'none'}, "
+            f"{r['parallel']} at once, --time-budget {r['budget']}; then {folder}/recipes.json, the best on val BLEU"
+        )
     seeds = f", and seeds {', '.join(map(str, f['seeds']))} of both directions" if f["seeds"] else ""
     lines.append(
         f"final: {', '.join(FINAL_RUNS)}{seeds}, {f['parallel']} at once, --time-budget {f['budget']} "
@@ -618,8 +650,8 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
     if stage == "search":
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
-    elif stage == "recipes":
-        failed = [name for name, code in recipes(profile, out, scratch)["codes"].items() if code]
+    elif stage in ("recipes", "longer"):
+        failed = [name for name, code in recipes(profile, out, scratch, stage)["codes"].items() if code]
     elif stage == "final":
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]
     elif stage == "speed":

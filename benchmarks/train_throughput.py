@@ -3,6 +3,8 @@
 python benchmarks/train_throughput.py                       # GPU: base model, batch 256 x 48, results/bench_train.json
 python benchmarks/train_throughput.py --preset multi30k --out results/bench_train_multi30k.json
 python benchmarks/train_throughput.py --quick --out /tmp/bench_train.json    # CPU smoke test, tiny sizes
+python benchmarks/train_throughput.py --preset multi30k --set N=3 d_ff=512 h=8 P_drop=0.2 --profile --out FILE
+                                       # the GPU recipe's model, and where one update of ours spends its time
 """
 
 import argparse
@@ -64,6 +66,33 @@ def seconds(model, batch, steps: int, precision: str) -> float:
     return time.perf_counter() - start
 
 
+def profile(model, batch, steps: int, precision: str, top: int = 25) -> dict:
+    """Where `steps` updates of the training loop spend the device's time (torch.profiler): the operators with the
+    most self time, and the share of the whole that each takes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    cuda = batch[0].is_cuda
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profiler(activities=activities) as prof:
+        seconds(model, batch, steps, precision)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
+    total = sum(getattr(e, key) for e in events) or 1.0
+    rows = [
+        {
+            "op": e.key,
+            "calls_per_step": e.count / steps,
+            "us_per_step": getattr(e, key) / steps,
+            "share": getattr(e, key) / total,
+        }
+        for e in events[:top]
+    ]
+    for row in rows[:12]:
+        print(f"  {row['share']:6.1%} {row['us_per_step']:10.0f} us/step  {row['op'][:70]}")
+    return {"time": key, "us_per_step": total / steps, "top": rows}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (a CPU check, not a measurement)")
@@ -71,6 +100,8 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, default=256, help="sentences per batch")
     p.add_argument("--length", type=int, default=48, help="source and target tokens per sentence")
     p.add_argument("--vocab", type=int, default=None, help="shared vocabulary size (default: the preset's)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="change the preset: N=3 P_drop=0.2")
+    p.add_argument("--profile", action="store_true", help="also profile our updates (torch.profiler) into the report")
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed updates before each measurement")
     p.add_argument("--steps", type=int, default=50, help="timed updates per measurement")
     p.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times; the best counts")
@@ -88,6 +119,8 @@ def main(argv=None) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = output_path(args.out, "bench_train.json", device, args.quick)
     config = PRESETS[args.preset].replace(vocab_size=args.vocab or PRESETS[args.preset].vocab_size)
+    changes = dict(pair.partition("=")[::2] for pair in args.set)
+    config = config.replace(**{k: type(getattr(config, k))(v) for k, v in changes.items()})
     if args.quick:
         config = config.replace(vocab_size=1000, N=2, d_model=64, d_ff=128, h=4)
         args.batch, args.length, args.warmup_steps, args.steps, args.rounds = 8, 12, 2, 3, 1
@@ -155,6 +188,8 @@ def main(argv=None) -> dict:
         }
     )
     print(f"aiayn / nn.Transformer throughput: {report['ratio_tokens_per_s']:.3f}")
+    if args.profile:
+        report["profile"] = profile(runners["aiayn"], batch, args.steps, precision)
     assert math.isfinite(report["ratio_tokens_per_s"])
     write(out, report, device)
     return report
