@@ -52,10 +52,17 @@ def flops_per_step(model, batch, precision: str) -> int:
     return counter.get_total_flops()
 
 
-def seconds(model, batch, steps: int, precision: str) -> float:
+def seconds(model, batch, steps: int, precision: str, attention: str = "fused") -> float:
     """Wall time of `steps` updates of the book's training loop (forward, label-smoothed loss, backward, Adam)."""
     cfg = TrainConfig(
-        warmup=4000, max_updates=steps, epochs=1, precision=precision, progress=False, log=False, log_every=steps
+        warmup=4000,
+        max_updates=steps,
+        epochs=1,
+        precision=precision,
+        attention=attention,
+        progress=False,
+        log=False,
+        log_every=steps,
     )
     if batch[0].is_cuda:
         torch.cuda.synchronize()
@@ -66,7 +73,7 @@ def seconds(model, batch, steps: int, precision: str) -> float:
     return time.perf_counter() - start
 
 
-def profile(model, batch, steps: int, precision: str, top: int = 25) -> dict:
+def profile(model, batch, steps: int, precision: str, attention: str, top: int = 25) -> dict:
     """Where `steps` updates of the training loop spend the device's time (torch.profiler): the operators with the
     most self time, and the share of the whole that each takes."""
     from torch.profiler import ProfilerActivity
@@ -75,7 +82,7 @@ def profile(model, batch, steps: int, precision: str, top: int = 25) -> dict:
     cuda = batch[0].is_cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profiler(activities=activities) as prof:
-        seconds(model, batch, steps, precision)
+        seconds(model, batch, steps, precision, attention)
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
     total = sum(getattr(e, key) for e in events) or 1.0
@@ -105,6 +112,7 @@ def main(argv=None) -> dict:
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed updates before each measurement")
     p.add_argument("--steps", type=int, default=50, help="timed updates per measurement")
     p.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times; the best counts")
+    p.add_argument("--attention", choices=("fused", "written"), default="fused", help="our Equation (1)'s route")
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
     p.add_argument("--compile-reference", action="store_true", help="torch.compile nn.Transformer too")
     p.add_argument(
@@ -141,6 +149,7 @@ def main(argv=None) -> dict:
             "precision": precision,
             "compile": args.compile,
             "compile_reference": args.compile_reference,
+            "attention": args.attention,
             "steps": args.steps,
             "warmup_steps": args.warmup_steps,
             "rounds": args.rounds,
@@ -159,11 +168,12 @@ def main(argv=None) -> dict:
     }
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = peak_tflops(name, args.peak_tflops) if device.type == "cuda" else args.peak_tflops
-    times = {k: [] for k in runners}
+    times, warm = {k: [] for k in runners}, {k: [] for k in runners}
     for _ in range(args.rounds):
         for key, model in runners.items():
-            seconds(model, batch, args.warmup_steps, precision)  # warm-up: kernels, allocator, compilation
-            times[key].append(seconds(model, batch, args.steps, precision))
+            # warm-up: kernels, allocator, compilation (the first round's includes torch.compile's time)
+            warm[key].append(seconds(model, batch, args.warmup_steps, precision, args.attention))
+            times[key].append(seconds(model, batch, args.steps, precision, args.attention))
     results = {}
     for key in runners:
         best = min(times[key])
@@ -173,6 +183,7 @@ def main(argv=None) -> dict:
             "seconds_per_step": best / args.steps,
             "tokens_per_s": tokens_per_step * args.steps / best,
             "all_round_seconds": times[key],
+            "warmup_seconds": warm[key],
         }
         results[key]["mfu"] = (flops[key] * args.steps / best / (peak * 1e12)) if peak else None
         print(
@@ -189,7 +200,7 @@ def main(argv=None) -> dict:
     )
     print(f"aiayn / nn.Transformer throughput: {report['ratio_tokens_per_s']:.3f}")
     if args.profile:
-        report["profile"] = profile(runners["aiayn"], batch, args.steps, precision)
+        report["profile"] = profile(runners["aiayn"], batch, args.steps, precision, args.attention)
     assert math.isfinite(report["ratio_tokens_per_s"])
     write(out, report, device)
     return report
