@@ -380,6 +380,18 @@ def _spread(values: list[float | None]) -> dict:
     return {"mean": mean, "min": min(done, default=None), "max": max(done, default=None), "n": len(done)}
 
 
+def failed_checks(out: Path, runs) -> dict[str, list[str]]:
+    """The runs under `out` whose metrics.json holds warnings (a run that did not converge, ignores its source or
+    repeats itself): run -> its warnings."""
+    failed = {}
+    for run in runs:
+        path = out / run / "metrics.json"
+        warnings = json.loads(path.read_text()).get("warnings") if path.exists() else None
+        if warnings:
+            failed[run] = warnings
+    return failed
+
+
 def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
@@ -417,10 +429,13 @@ def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> 
             names = [r for r, (c, d) in spec.items() if c == name and d == direction]
             row[direction] = {split: _spread([_bleu(out / r, split) for r in names]) for split in ("val", "test2016")}
         report["candidates"][name] = row
-    scored = {n: r["en-de"]["val"]["mean"] for n, r in report["candidates"].items()}
+    report["failed_checks"] = failed_checks(out, runs)
+    # a tiny rehearsal never converges: its candidates are chosen among all the same, to rehearse the plumbing
+    failed = {spec[run][0] for run in report["failed_checks"]} if profile is not PROFILES["tiny"] else set()
+    scored = {n: r["en-de"]["val"]["mean"] for n, r in report["candidates"].items() if n not in failed}
     scored = {n: v for n, v in scored.items() if v is not None}
     report["chosen"] = max(scored, key=scored.get) if scored else None
-    report["provenance"] = _provenance("recipes")
+    report["provenance"] = _provenance(stage)
     (out / "recipes.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for name, row in report["candidates"].items():
         cells = [
@@ -430,6 +445,8 @@ def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> 
             if row[d][s]["n"]
         ]
         print(f"{name}: " + "; ".join(cells), flush=True)
+    for run, warnings in report["failed_checks"].items():
+        print(f"{run} failed its checks, and its candidate is not chosen: {'; '.join(warnings)}", flush=True)
     print(f"recipe, chosen on validation BLEU: {report['chosen']}", flush=True)
     for run in runs:
         shutil.rmtree(scratch / run, ignore_errors=True)

@@ -3,6 +3,7 @@ hand-over of a GPU stage's output into results/ and pretrained/."""
 
 import json
 import os
+from pathlib import Path
 import re
 import subprocess
 import sys
@@ -53,6 +54,8 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     means = {name: row["en-de"]["val"]["mean"] for name, row in chosen["candidates"].items()}
     assert set(means) == set(plan.PROFILES["tiny"]["recipes"]["candidates"]) and None not in means.values()
     assert chosen["chosen"] == max(means, key=means.get) and set(chosen["codes"].values()) == {0}
+    # every tiny run fails its checks (it never converges), and the report names each with its warnings
+    assert set(chosen["failed_checks"]) == set(chosen["codes"]) and all(chosen["failed_checks"].values())
     for name, changes in plan.PROFILES["tiny"]["recipes"]["candidates"].items():
         metrics = json.loads((out / plan.RECIPES / name / "en-de-seed0" / "metrics.json").read_text())
         assert set(metrics["bleu"]) == {"val", "test2016"}
@@ -167,6 +170,7 @@ def test_the_gpu_profile_needs_a_gpu_and_results_hold_no_rehearsal(tmp_path, cap
 def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
     text = plan.show("gpu")
     assert text.count("\n") >= 3 and "search:" in text and "final:" in text and "speed: python" in text
+    assert "recipes:" in text and "longer:" in text and plan.LONGER in text
     config = plan.recipe_config(
         {"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
         {"set": ["d_model=32", "P_drop=0.1"], "max_tokens": 2000, "warmup": 10},
@@ -176,6 +180,33 @@ def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
     assert plan.recipe_config(None, {"warmup": 10}).train.warmup == 10
     gpu = plan.recipe_config(None, plan.PROFILES["gpu"]["final"]["settings"])  # the GPU recipe, as named
     assert run_config.to_argv(gpu)[-2:] == ["--recipe", "gpu"] and gpu.max_tokens == 8192
+
+
+def test_a_candidate_whose_run_failed_its_checks_is_not_chosen(tmp_path, monkeypatch):
+    """The recipes stage (and the longer one) chooses on val among candidates whose runs passed their checks; a run
+    that failed is named in the report with its warnings, whatever its BLEU."""
+    scores = {"good": 30.0, "diverged": 35.0}
+
+    def experiments(runs, logs, parallel):
+        for run, argv in runs.items():
+            folder = Path(argv[argv.index("--out") + 1])
+            folder.mkdir(parents=True)
+            bleu = {s: {"tok_lc": {"score": scores[run.split("/")[0]]}} for s in ("val", "test2016")}
+            warnings = ["validation perplexity 128.7 is far above a converged run's"] if "diverged" in run else []
+            (folder / "metrics.json").write_text(json.dumps({"bleu": bleu, "warnings": warnings}))
+        return {run: 0 for run in runs}
+
+    monkeypatch.setattr(plan, "_experiments", experiments)
+    monkeypatch.setattr(plan.corpus, "encoded", lambda size: None)
+    profile = {
+        "bpe_size": 8000,
+        "longer": {**plan.PROFILES["gpu"]["longer"], "candidates": {"good": {}, "diverged": {"set": ["N=6"]}}},
+    }
+    report = plan.recipes(profile, tmp_path, tmp_path / "scratch", "longer")
+    assert report["chosen"] == "good" and list(report["failed_checks"]) == ["diverged/en-de-seed0"]
+    assert report["candidates"]["diverged"]["en-de"]["val"]["mean"] == 35.0  # its score is kept, and shown
+    assert json.loads((tmp_path / plan.LONGER / "recipes.json").read_text())["chosen"] == "good"
+    assert report["provenance"]["command"] == "python -m aiayn.plan run longer"
 
 
 def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):
