@@ -13,9 +13,11 @@ Multi30k batches of its size (4,096 tokens; 2,048 for cpu-fast) sorted by length
 and every core. Each variant changes one of these: the precision, the attention (Equation (1) written out, as chapter 2
 writes it, or fused), the optimizer step (Adam's per-parameter loop, or fused), the batches (shuffled pairs, not sorted
 by length: more padding), the threads, the vocabulary (4,000 BPE pieces), the batch size and dropout (P_drop 0.1, or
-none). ``--compile`` adds torch.compile, whose compile time is reported apart. A vocabulary of another size cuts the
-same sentences into another number of tokens, so sentence pairs per second compare it fairly; the rest compare in
-target tokens. Speed only: which setting learns best per second is the recipe search's question (§6.1).
+none, or 0.1 only where the paper's §5.4 puts it: on sublayer outputs and embedding sums, not on the attention weights
+and the FFN's hidden activations). ``--compile`` adds torch.compile, whose compile time is reported apart. A
+vocabulary of another size cuts the same sentences into another number of tokens, so sentence pairs per second compare
+it fairly; the rest compare in target tokens. Speed only: which setting learns best per second is the recipe search's
+question (§6.1).
 
 It also measures the cores' matmul peak (the fastest product of two 2,048 x 2,048 matrices, bf16 and fp32) and the
 share of it that the recipe's training reaches: its matmul and attention FLOPs per target token (counted by torch's
@@ -31,7 +33,7 @@ import time
 from _common import ROOT, write
 
 VARIANTS = ("recipe", "fp32", "math_attention", "fused_attention", "loop_adam", "fused_adam", "unsorted", "one_thread",
-            "bpe4000", "tokens2048", "tokens8192", "dropout", "no_dropout")  # fmt: skip
+            "bpe4000", "tokens2048", "tokens8192", "dropout", "no_dropout", "paper_dropout")  # fmt: skip
 
 
 def main() -> int:
@@ -50,6 +52,7 @@ def main() -> int:
     from aiayn.batching import EpochBatches, collate
     from aiayn.floor import build
     from aiayn.model import PRESETS
+    from aiayn.feed_forward import PositionwiseFeedForward
     from aiayn.multi_head import MultiHeadAttention
     from aiayn.runs.config import run_precision
     from aiayn.runs.provenance import cpu_features
@@ -87,10 +90,16 @@ def main() -> int:
         else:
             batches = [(*b, b.tokens) for b in EpochBatches(pairs, max_tokens, seed=0)(0)]
         config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer), **recipe["set"])
-        if name in ("dropout", "no_dropout"):  # what drawing dropout's masks costs (P_drop 0.1, or none)
-            config = config.replace(P_drop=0.1 if name == "dropout" else 0.0)
+        if name in ("dropout", "no_dropout", "paper_dropout"):  # what drawing dropout's masks costs
+            config = config.replace(P_drop=0.0 if name == "no_dropout" else 0.1)
         torch.manual_seed(0)
         model = build(config).train()
+        if name == "paper_dropout":  # P_drop 0.1 only where §5.4 puts it: sublayer outputs, embedding sums
+            for layer in model.modules():
+                if isinstance(layer, MultiHeadAttention):
+                    layer.P_drop = 0.0
+                elif isinstance(layer, PositionwiseFeedForward):
+                    layer.dropout.p = 0.0
         for layer in model.modules():  # Equation (1)'s route, as TrainConfig.attention sets it
             if isinstance(layer, MultiHeadAttention):
                 layer.fused = {"math_attention": False, "fused_attention": True}.get(name, fused)

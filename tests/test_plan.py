@@ -112,6 +112,7 @@ def test_the_executed_chapters_show_the_runs_not_the_missing_message(rehearsal):
             "cpu-variations",
             "gpu-search",
             "gpu-floor-16k",
+            "gpu-levers",
         }, (name, missing)
     assert "floor" in json.dumps(json.loads((out / "chapters" / "12_results.ipynb").read_text()))
 
