@@ -164,7 +164,9 @@ def main() -> int:
         warm_s[name] = time.perf_counter() - start
     rounds = {name: [] for name in names}
     for r in range(args.rounds):
-        for name in names:
+        # the order turns by one each round: a variant's place in the round biases its rate by as much as 15% on an
+        # AMD EPYC (the last ran fastest, whichever it was), so each takes each place in turn
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             batches = variants[name]["batches"]
             rounds[name].append(updates(variants[name], batches[3 + r * args.steps : 3 + (r + 1) * args.steps]))
     # a variant against the recipe: the median over rounds of the two rates' ratio in the same round (the same
