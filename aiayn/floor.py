@@ -28,6 +28,12 @@ class TorchTransformer(nn.Module):
         self.core = nn.Transformer(c.d_model, c.h, c.N, c.N, c.d_ff,
                                    c.P_drop, batch_first=True,
                                    norm_first=c.norm_first)
+        for layer in self.core.modules():  # dropout inside the sublayers
+            if isinstance(layer, nn.MultiheadAttention):
+                layer.dropout = c.inner_drop
+            elif isinstance(layer, (nn.TransformerEncoderLayer,
+                                    nn.TransformerDecoderLayer)):
+                layer.dropout.p = c.inner_drop  # the FFN's hidden units
         # the prototype nested-tensor path warns at inference; padding masks
         # do the same work
         self.core.encoder.use_nested_tensor = False

@@ -28,6 +28,11 @@ class TransformerConfig:
     d_k: int | None = None
     d_v: int | None = None
     P_drop: float = 0.1
+    # dropout inside the sublayers, on the attention weights and the FFN's
+    # hidden activations, which the paper does not describe (tensor2tensor's
+    # attention_dropout and relu_dropout): None means P_drop, as the book's
+    # recipes train; 0.0 keeps dropout where §5.4 puts it alone
+    P_drop_inner: float | None = None
     eps_ls: float = 0.1
     max_len: int = 512
     learned_positions: bool = False
@@ -53,14 +58,21 @@ class TransformerConfig:
                 raise ValueError(
                     f"{name} must be a positive integer or None, "
                     f"got {value!r}")
-        for name in ("P_drop", "eps_ls"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(
-                    f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
+        for name in ("P_drop", "eps_ls", "P_drop_inner"):
+            value = getattr(self, name)
+            if not (value is None and name == "P_drop_inner"
+                    or isinstance(value, (int, float))
+                    and 0.0 <= value < 1.0):
+                raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(
                 f"pad_id={self.pad_id} is not a token id of a vocabulary "
                 f"of {self.vocab_size}")
+
+    @property
+    def inner_drop(self) -> float:
+        """The dropout on attention weights and FFN hidden activations."""
+        return self.P_drop if self.P_drop_inner is None else self.P_drop_inner
 
     def replace(self, **changes) -> "TransformerConfig":
         """A copy with some fields changed (and checked again)."""
@@ -101,10 +113,10 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
                                             c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
-                                                    c.P_drop)
+                                                    c.inner_drop)
         self.sublayer = nn.ModuleList(
             SublayerConnection(c.d_model, c.P_drop, c.norm_first)
             for _ in range(2))
@@ -122,12 +134,12 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
                                             c.d_v)
-        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.P_drop,
+        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
                                            c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
-                                                    c.P_drop)
+                                                    c.inner_drop)
         self.sublayer = nn.ModuleList(
             SublayerConnection(c.d_model, c.P_drop, c.norm_first)
             for _ in range(3))

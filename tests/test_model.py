@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -54,6 +55,8 @@ def test_presets_and_replace():
         (dict(P_drop=1.0), "P_drop must lie in [0, 1)"),
         (dict(P_drop=-0.1), "P_drop"),
         (dict(eps_ls=1.5), "eps_ls"),
+        (dict(P_drop_inner=1.0), "P_drop_inner must lie in [0, 1)"),
+        (dict(P_drop_inner="0.1"), "P_drop_inner"),
         (dict(N=0), "N must be a positive integer"),
         (dict(d_ff=-3), "d_ff must be a positive integer"),
         (dict(vocab_size=0), "vocab_size"),
@@ -65,6 +68,31 @@ def test_bad_config_raises_value_error_naming_the_problem(bad, words):
     with pytest.raises(ValueError) as err:
         PRESETS["base"].replace(**bad)
     assert words in str(err.value)
+
+
+@pytest.mark.parametrize("layers", ["aiayn", "torch"])
+def test_dropout_inside_the_sublayers_is_p_drop_unless_p_drop_inner_says(layers):
+    """P_drop_inner=0.0 keeps dropout where §5.4 puts it (sublayer outputs and embedding sums) and takes it off the
+    attention weights and the FFN's hidden units, in ours and in the floor; None leaves P_drop everywhere."""
+    from aiayn.floor import build
+
+    for inner, expected in ((None, 0.3), (0.0, 0.0), (0.05, 0.05)):
+        model = build(make_model_config(P_drop=0.3, P_drop_inner=inner), layers)
+        inside, outside = set(), set()
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.MultiheadAttention):
+                inside.add(module.dropout)
+            elif hasattr(module, "P_drop") and not hasattr(module, "W_1"):  # our multi-head attention
+                inside.add(module.P_drop)
+            elif isinstance(module, torch.nn.Dropout):
+                # the FFN's hidden units: ours feed_forward.dropout, nn.Transformer*Layer's own .dropout
+                hidden = name.endswith("feed_forward.dropout") or re.search(r"layers\.\d+\.dropout$", name)
+                (inside if hidden else outside).add(module.p)
+        assert inside == {expected} and outside == {0.3}, (inner, inside, outside)
+
+
+def make_model_config(**changes):
+    return PRESETS["multi30k"].replace(N=1, **changes)
 
 
 def test_make_model_unknown_preset():
