@@ -52,7 +52,6 @@ def main() -> int:
     from aiayn.batching import EpochBatches, collate
     from aiayn.floor import build
     from aiayn.model import PRESETS
-    from aiayn.feed_forward import PositionwiseFeedForward
     from aiayn.multi_head import MultiHeadAttention
     from aiayn.runs.config import run_precision
     from aiayn.runs.provenance import cpu_features
@@ -90,16 +89,12 @@ def main() -> int:
         else:
             batches = [(*b, b.tokens) for b in EpochBatches(pairs, max_tokens, seed=0)(0)]
         config = PRESETS["multi30k"].replace(vocab_size=len(encoded.tokenizer), **recipe["set"])
-        if name in ("dropout", "no_dropout", "paper_dropout"):  # what drawing dropout's masks costs
-            config = config.replace(P_drop=0.0 if name == "no_dropout" else 0.1)
+        if name in ("dropout", "no_dropout"):  # what drawing dropout's masks costs (P_drop 0.1, or none)
+            config = config.replace(P_drop=0.1 if name == "dropout" else 0.0)
+        if name == "paper_dropout":  # P_drop 0.1 only where §5.4 puts it: sublayer outputs, embedding sums
+            config = config.replace(P_drop=0.1, P_drop_inner=0.0)
         torch.manual_seed(0)
         model = build(config).train()
-        if name == "paper_dropout":  # P_drop 0.1 only where §5.4 puts it: sublayer outputs, embedding sums
-            for layer in model.modules():
-                if isinstance(layer, MultiHeadAttention):
-                    layer.P_drop = 0.0
-                elif isinstance(layer, PositionwiseFeedForward):
-                    layer.dropout.p = 0.0
         for layer in model.modules():  # Equation (1)'s route, as TrainConfig.attention sets it
             if isinstance(layer, MultiHeadAttention):
                 layer.fused = {"math_attention": False, "fused_attention": True}.get(name, fused)
