@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -407,13 +408,120 @@ def test_static_flags_name_what_reaches_past_the_function():
         "an answer written out (STEPS = [5, 100, 775, 1000])",
         "an answer written out (TABLE = {'1,0.001,100,1000': 1e-05, '100)", "import imp",
     ]  # fmt: skip
-    plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"  # not inside a function
-    assert grader.suspect(plot, (), {"rate"}) == []
+    # called outside the student's function too: a table of the book's answers read by the function (a sixth trial)
+    plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"
+    assert grader.suspect(plot, (), {"rate"}) == ["the book's rate"]
+    routes = (  # a sixth trial's: a profiler of its own, pytest's monkeypatch by name, the shell through a module
+        "import cProfile\nfrom pytest import MonkeyPatch\nimport matplotlib_inline.backend_inline as m\n"
+        "MonkeyPatch().setattr('sys.setprofile', lambda h: None)\nm.get_ipython().input_transformers_post\n"
+        "fit = lambda k, d: shift_matrix(k, d)\nTABLE = {d: sinusoidal_encoding(99, d) for d in range(4, 9, 2)}"
+    )
+    assert grader.suspect(routes, (), {"shift_matrix", "sinusoidal_encoding"}) == [
+        ".get_ipython", ".setattr", "import cProfile", "import pytest", "the book's shift_matrix",
+        "the book's sinusoidal_encoding",
+    ]  # fmt: skip
     source = inspect.getsource(rate)
     edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
     refs = grader.references([ASSIGNMENTS["schedule"]], [])
     assert grader.near_copies(edited, refs) and "aiayn.training.rate" in grader.near_copies(edited, refs)[0]
     assert grader.near_copies(honest, refs) == []
+
+
+def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
+    """A sixth trial's: code made costly for the flags to read (a magic line of thousands of terms, one nested past
+    the parser's limits, a function of hundreds of statements) is read within bounds or not at all, never raising."""
+    from aiayn.course import grader
+
+    assert grader._past_magic("%time " + "1 + " * 5000 + "1").startswith("1 + 1")
+    assert grader._nodes("%time " + "a " * 3000, magics=True) == []  # a syntax error, not a parse that raises
+    assert grader._nodes("x = " + "(" * 500 + ")" * 500) == []  # nested past the parser's limit: not read
+    assert grader._nodes("x = 1\n" * (grader.FLAG_CHARS // 6 + 1)) == []  # longer than the flags read
+    long = "def f(x):\n" + "".join(f"    x = x + {i}\n" for i in range(600)) + "    return x"
+    refs = grader.references([ASSIGNMENTS["schedule"]], [])
+
+    def ratio(self):
+        raise AssertionError("the full comparison ran for a function far longer than the reference")
+
+    monkeypatch.setattr(grader.difflib.SequenceMatcher, "ratio", ratio)
+    assert grader.near_copies(long, refs) == []
+    assert grader.near_copies("def f():\n    return 1", refs, deadline=0) == [grader.LATE]
+
+
+def test_a_folder_nested_thousands_deep_is_measured_and_removed(tmp_path, monkeypatch):
+    """The disk watch measures, and the grader removes, a kernel's folder nested deeper than Python's recursion (a
+    sixth trial's route past the disk limit)."""
+    from aiayn.course import grader
+
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2500):
+        os.mkdir("dd")
+        os.chdir("dd")
+    Path("big").write_bytes(bytes(1 << 20))
+    size, entries = grader._disk_use(tmp_path)
+    assert entries == 2501 and size >= 1 << 20
+    grader._remove(tmp_path)
+    assert not tmp_path.exists()
+
+
+def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
+    """The positional and BLEU checks' inputs change with each grading's seed: answers recorded under one seed fail
+    under another, and a BLEU on words split at spaces (not 13a's tokens) is named."""
+    from aiayn.positional import sinusoidal_encoding  # noqa: F401  (the table's source, as a student would use)
+
+    monkeypatch.setattr(CHECKS, "SEED", 1)
+    table = {}
+
+    def recording(max_len, d_model):
+        half = d_model // 2
+        inv = torch.exp(-torch.arange(half, dtype=torch.float64) * math.log(1e4) / (half - 1))
+        angle = torch.arange(max_len, dtype=torch.float64)[:, None] * inv
+        table[max_len, d_model] = torch.cat([angle.sin(), angle.cos()], 1)
+        return table[max_len, d_model]
+
+    assert failed("positional", recording) == {}
+    monkeypatch.setattr(CHECKS, "SEED", 2)
+    assert len(failed("positional", lambda n, d: table[n, d])) >= 4
+
+    def spaces(hyps, refs):  # add-one BLEU on words split at spaces
+        return CHECKS._add_one_bleu(hyps, refs, str.split)
+
+    messages = failed("bleu", spaces)
+    assert "words split at spaces" in " ".join(messages.values()) and len(messages) >= 3
+
+
+def test_a_student_s_own_helper_named_like_the_book_s_is_not_the_book_s_in_their_own_run():
+    """In the student's own kernel (no grader, no record of the book's cells), a function of the student's named
+    like the book's is not the book's: the points agree with the grader's (a sixth trial found they did not)."""
+    ns = _namespace() | {"CHECKS": CHECKS}
+    exec(
+        "from collections import Counter\n"
+        "def ngram_stats(hyp, ref):\n    return Counter(hyp), Counter(ref)\n"
+        "def add_one_bleu(hyps, refs):\n    ngram_stats(hyps[0].split(), refs[0].split())\n"
+        "    return CHECKS._add_one_bleu(hyps, refs)",
+        ns,
+    )
+    assert failed("bleu", ns) == {}
+    ns["ngram_stats"] = __import__("aiayn.bleu", fromlist=["ngram_stats"]).ngram_stats  # the book's own: caught
+    assert "calls aiayn.bleu.ngram_stats" in " ".join(failed("bleu", ns).values())
+
+
+def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothing():
+    """cProfile, or any profiler set by the student's code, replaces the call watch's: the check says so and fails
+    (a sixth trial's route to the book's code unseen)."""
+    import cProfile
+
+    from aiayn.training import rate
+
+    def hidden(step, peak, warmup, total):
+        return cProfile.Profile().runcall(lambda: rate(step + 1, 512, warmup) * 0 + peak * min(1, step / warmup))
+
+    messages = failed("schedule", hidden)
+    assert messages and all("replaced the grader's call watch" in m for m in messages.values())
+
+    def interrupts(step, peak, warmup, total):
+        raise KeyboardInterrupt
+
+    assert "raised KeyboardInterrupt" in " ".join(failed("schedule", interrupts).values())
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -617,6 +725,11 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import MAX_FILE
 
     assert f"a file over {MAX_FILE >> 20} MiB (`MAX_FILE`" in page
+    from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS
+
+    flat = " ".join(page.split())
+    assert f"a cell over {FLAG_CHARS:,} characters is not parsed" in flat
+    assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
 
     root = tmp_path / "my-course"
     assert course.main(["course", str(root), "label_smoothing"]) == 0
@@ -751,6 +864,20 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "from IPython.display import display, update_display\ndisplay({'text/plain': 'a'}, raw=True, display_id='d')\n"
         "for _ in range(3):\n    update_display({'text/plain': 'y' * 4_000_000}, raw=True, display_id='d')",
     ),
+    # a sixth trial's: a magic line before a statement that cannot be stopped (the definition above it is graded),
+    # the book's code called under a profiler of the student's own, a folder nested past Python's recursion and filled
+    "zb_magic_then_stuck": ("magic_right+import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')", ""),
+    "zc_profiles_the_book": (
+        "right_named_inner+import cProfile\nfrom aiayn.training import rate\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    return cProfile.Profile().runcall(\n"
+        "        lambda: (rate(step + 1, 512, warmup), inner(step, peak, warmup, total))[1])",
+        "",
+    ),
+    "zd_nests_deep_then_fills": (
+        "right",
+        "import os, time\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\ntime.sleep(1.5)\n"
+        "for i in range(12):\n    with open(f'b{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
+    ),
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
         "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
@@ -763,7 +890,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of twenty-seven submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of thirty submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -804,6 +931,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
             answer = right[cosine].replace("def warmup_cosine(", "def inner(") + "\n" + answer.split("+", 1)[1]
         elif answer.startswith("right+"):
             answer = right[cosine] + "\n" + answer.split("+", 1)[1]
+        elif answer.startswith("magic_right+"):
+            answer = "%matplotlib inline\n" + right[cosine] + "\n" + answer.split("+", 1)[1]
         answers = {
             "right": right,
             "none": {},
@@ -818,6 +947,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     protected = [*package.rglob("*.py"), root / "source/schedule/schedule.ipynb"]
     protected += sorted((root / "submitted").glob("*/schedule/schedule.ipynb"))
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
+    kernels = set(Path(tempfile.gettempdir()).glob("aiayn-kernel-*"))  # the kernels' folders before grading
 
     # two nbgrader processes share the class, as an instructor may run them: the submissions that wait on a limit
     # beside the others (one gradebook; each process grades its own students)
@@ -834,6 +964,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert runs[1].returncode == 0, slow
     assert runs[0].returncode == 1 and "p_symlink/schedule not graded: notes.txt is a symbolic link" in others
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected} == before
+    assert set(Path(tempfile.gettempdir()).glob("aiayn-kernel-*")) <= kernels  # each removed, however deep
     assert not (package / "course" / "checks.py").read_text().endswith("20")
 
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
@@ -871,6 +1002,9 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "y_updates_a_display": total,
         "z_forges_a_report_line": total,
         "za_redefines_the_book": total,
+        "zb_magic_then_stuck": total,
+        "zc_profiles_the_book": ASSIGNMENTS["accumulation"].points,
+        "zd_nests_deep_then_fills": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -884,7 +1018,11 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     # ipykernel restores its SIGINT handler after each request: run alone, the loop is interruptible
     assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
-    assert "ended its kernel: it wrote more to disk than its limit" in blocks["x_fills_the_disk"]
+    for full in ("x_fills_the_disk", "zd_nests_deep_then_fills"):
+        assert "ended its kernel: it wrote more to disk than its limit" in blocks[full], full
+    assert "skipped, the rest ran" in blocks["zb_magic_then_stuck"]
+    assert "FLAG replaced the grader's call watch" in blocks["zc_profiles_the_book"]
+    assert "import cProfile" in blocks["zc_profiles_the_book"]
     graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
     assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
     for flood in ("m_floods_output", "u_prints_without_end"):

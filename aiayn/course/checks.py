@@ -19,6 +19,7 @@ import contextlib
 import io
 import math
 import os
+import random
 import secrets
 import textwrap
 import types
@@ -100,6 +101,8 @@ class Call:
         answer = self.answer(request)
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
+            if answer["calls"][0] == kernel.WATCH_OFF:
+                raise Failed(f"your code {kernel.WATCH_OFF}: the checks cannot see what it calls")
             raise Failed(f"your code calls {answer['calls'][0]}, which this exercise asks you to write yourself")
         if answer["missing"]:
             raise Failed(f"no {' or '.join(self.a.names)} is defined: the checks call {self.a.signature}")
@@ -147,7 +150,7 @@ def verdict(assignment: str, key: str, answer: Callable[[dict], dict]) -> tuple[
             raise
         lines = str(err).strip().splitlines()
         message = f"your function's result could not be checked: {type(err).__name__}: {lines[0] if lines else ''}"
-    return c, message[:600], [f"calls {name}" for name in call.calls[:1]]
+    return c, message[:600], [name if name == kernel.WATCH_OFF else f"calls {name}" for name in call.calls[:1]]
 
 
 def feedback(c: Check, message: str) -> str:
@@ -603,57 +606,69 @@ def _positional_checks():
             ),
         ]
 
+    def sizes(k: int, n: tuple[int, int], half: tuple[int, int]) -> tuple[int, int]:
+        """max_len and d_model drawn afresh by each grading (``SEED``): no table of answers covers them."""
+        rng = random.Random(SEED * 16 + k)
+        return rng.randint(*n), 2 * rng.randint(*half)
+
     def shape(f, call):
-        _equal(tuple(pe(call, f, 7, 10).shape), (7, 10), "shape (max_len, d_model) for max_len 7, d_model 10")
+        n, d = sizes(0, (5, 40), (3, 20))
+        _equal(tuple(pe(call, f, n, d).shape), (n, d), f"shape (max_len, d_model) for max_len {n}, d_model {d}")
 
     def zero(f, call):
+        n, d = sizes(1, (2, 9), (2, 16))
         _close(
-            pe(call, f, 3, 8)[0],
-            torch.tensor([0.0] * 4 + [1.0] * 4),
-            "position 0 is (0, 0, 0, 0, 1, 1, 1, 1)",
+            pe(call, f, n, d)[0],
+            torch.tensor([0.0] * (d // 2) + [1.0] * (d // 2)),
+            f"position 0 is (0, ..., 0, 1, ..., 1) for d_model {d}",
             hints=[
                 (
-                    torch.tensor([0.0, 1] * 4),
+                    torch.tensor([0.0, 1] * (d // 2)),
                     "that is the paper's interleaved layout; here the sines fill the first half",
                 )
             ],
         )
 
     def halves(f, call):
-        out = pe(call, f, 3, 8)
+        n, d = sizes(2, (3, 9), (2, 16))
+        pos = random.Random(SEED * 16 + 3).randint(1, n - 1)
         _close(
-            out[1, [0, 4]],
-            torch.tensor([math.sin(1), math.cos(1)]),
-            "PE(1, 0) = sin(1) and PE(1, d_model/2) = cos(1): sines first, then cosines",
+            pe(call, f, n, d)[pos, [0, d // 2]],
+            torch.tensor([math.sin(pos), math.cos(pos)]),
+            f"PE({pos}, 0) = sin({pos}) and PE({pos}, d_model/2) = cos({pos}) for d_model {d}: sines first, then "
+            "cosines",
         )
 
     def timescales(f, call):
-        out = pe(call, f, 3000, 8)  # T_i = 1, 21.5, 464, 10000
-        want = torch.tensor([math.sin(2999 / 1e4 ** (i / 3)) for i in range(4)])
+        n, _ = sizes(4, (2000, 4000), (4, 4))
+        out = pe(call, f, n, 8)  # T_i = 1, 21.5, 464, 10000
+        want = torch.tensor([math.sin((n - 1) / 1e4 ** (i / 3)) for i in range(4)])
         _close(
-            out[2999, :4],
+            out[n - 1, :4],
             want,
-            "PE(2999, i) = sin(2999 / 10000^(i/3)) for d_model 8",
+            f"PE({n - 1}, i) = sin({n - 1} / 10000^(i/3)) for d_model 8",
             rtol=1e-4,
             atol=1e-4,
-            hints=[(w[2999, :4], c) for w, c in wrong_layouts(3000, 8)],
+            hints=[(w[n - 1, :4], c) for w, c in wrong_layouts(n, 8)],
         )
 
     def reference(f, call):
+        n, d = sizes(5, (20, 80), (8, 48))
         _close(
-            pe(call, f, 50, 64),
-            _timing_signal(50, 64),
-            "max_len 50, d_model 64",
+            pe(call, f, n, d),
+            _timing_signal(n, d),
+            f"max_len {n}, d_model {d}",
             rtol=1e-4,
             atol=1e-5,
-            hints=wrong_layouts(50, 64),
+            hints=wrong_layouts(n, d),
         )
 
     def norm(f, call):
+        n, d = sizes(6, (10, 40), (4, 32))
         _close(
-            pe(call, f, 20, 16).norm(dim=-1),
-            torch.full((20,), math.sqrt(8.0)),
-            "every position has norm sqrt(d_model / 2)",
+            pe(call, f, n, d).norm(dim=-1),
+            torch.full((n,), math.sqrt(d / 2)),
+            f"every position has norm sqrt(d_model / 2), for max_len {n}, d_model {d}",
             rtol=1e-4,
         )
 
@@ -662,7 +677,7 @@ def _positional_checks():
         ("zero", "position 0 is (0, ..., 0, 1, ..., 1)", 1, zero),
         ("halves", "sines in the first half, cosines in the second", 2, halves),
         ("timescales", "timescales 10000^(i / (d_model/2 - 1))", 2, timescales),
-        ("reference", "equals the layout for max_len 50, d_model 64", 2, reference),
+        ("reference", "equals the layout for a max_len and d_model drawn at random", 2, reference),
         ("norm", "norm sqrt(d_model / 2) at every position", 1, norm),
     ]
 
@@ -1240,14 +1255,16 @@ BLEU_REFERENCES = [
 ]
 
 
-def _add_one_bleu(hyps, refs):
-    """Reference: corpus BLEU on 13a tokens, p_n = (m_n + 1) / (t_n + 1) for n = 2..4 (Lin and Och, 2004)."""
+def _add_one_bleu(hyps, refs, split=None):
+    """Reference: corpus BLEU on 13a tokens (or those of ``split``), p_n = (m_n + 1) / (t_n + 1) for n = 2..4 (Lin
+    and Och, 2004)."""
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     tok = Tokenizer13a()
+    split = split or (lambda text: tok(text).split())
     m, t, c, r = [0] * 4, [0] * 4, 0, 0
     for hyp, ref in zip(hyps, refs):
-        h, g = tok(hyp).split(), tok(ref).split()
+        h, g = split(hyp), split(ref)
         c, r = c + len(h), r + len(g)
         for n in range(1, 5):
             hc, rc = _ngrams(h, n), _ngrams(g, n)
@@ -1271,12 +1288,27 @@ def _add_one_bleu(hyps, refs):
     45,
 )
 def _bleu_checks():
-    refs = [
-        "The cat sat on the mat .",
-        "A man is riding a red bicycle down the street .",
-        "Two dogs play in the snow .",
-        "Children are watching a puppet show in the park .",
-    ]
+    def respelled(*groups: list[str]) -> list[list[str]]:
+        """The sentences with every word spelled anew for each grading (``SEED``), the same word the same way
+        throughout, and a sentence's final full stop attached to its last word, as text has it ("street."): the
+        n-gram matches are those of the sentences as written, the words new, and the tokens 13a's."""
+        rng, spelling = random.Random(SEED), {}
+
+        def word(w):
+            if w.isalpha() and w not in spelling:
+                spelling[w] = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+            return spelling.get(w, w)
+
+        return [[" ".join(map(word, x.split())).replace(" .", ".") for x in group] for group in groups]
+
+    (refs,) = respelled(
+        [
+            "The cat sat on the mat .",
+            "A man is riding a red bicycle down the street .",
+            "Two dogs play in the snow .",
+            "Children are watching a puppet show in the park .",
+        ]
+    )
 
     def score(call, f, hyps, rs):
         out = call(f, list(hyps), list(rs))
@@ -1292,46 +1324,42 @@ def _bleu_checks():
                 cause = ": that is BLEU with sacreBLEU's default 'exp' smoothing; here every p_n for n >= 2 is smoothed"
             elif math.isclose(got, sum(_add_one_bleu([h], [r]) for h, r in zip(hyps, rs)) / len(hyps), rel_tol=1e-6):
                 cause = ": that is the mean of sentence scores; corpus BLEU pools the counts over the sentences first"
+            elif math.isclose(got, _add_one_bleu(hyps, rs, str.split), rel_tol=1e-6):
+                cause = ": that is BLEU on words split at spaces; 13a splits a full stop from its word"
             raise Failed(f"{what}: {_relative(got, want)}{cause}")
 
     def identical(f, call):
         close(call, f, refs, refs, "identical hypotheses and references score 100")
 
     def brevity(f, call):
-        close(
-            call,
-            f,
-            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"],
-            refs,
-            "short hypotheses: the brevity penalty",
+        (hyps,) = respelled(
+            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"]
         )
+        close(call, f, hyps, refs, "short hypotheses: the brevity penalty")
 
     def smoothing(f, call):
-        close(call, f, ["a b c d e", "f g h"], ["a x c y e", "z z z"], "no bigram matches: add-one smoothing")
+        hyps, rs = respelled(["a b c d e", "f g h"], ["a x c y e", "z z z"])
+        close(call, f, hyps, rs, "no bigram matches: add-one smoothing")
 
     def corpus(f, call):
-        close(
-            call,
-            f,
+        (hyps,) = respelled(
             [
                 "The cat sat on a mat .",
                 "A man rides a red bike down the street .",
                 "Two dogs are in snow .",
                 "Kids watch a show in the park .",
-            ],
-            refs,
-            "counts pooled over the corpus",
+            ]
         )
+        close(call, f, hyps, refs, "counts pooled over the corpus")
 
     def random_corpus(f, call):
-        import random
-
-        rng = random.Random(0)
+        rng = random.Random(SEED + 1)
         words = "a man woman dog cat runs sits on the in park street red blue , .".split()
         rs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(40)]
         hyps = [
             " ".join(w for w in x.split() if rng.random() > 0.2) + (" blue" if rng.random() > 0.5 else "") for x in rs
         ]
+        hyps, rs = respelled(hyps, rs)
         close(call, f, hyps, rs, "a random corpus of 40 sentences")
 
     return [

@@ -21,7 +21,9 @@ import contextlib
 import copy
 import difflib
 import io
+import itertools
 import json
+import math
 import os
 import re
 import secrets
@@ -176,9 +178,11 @@ SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", 
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
 SUSPECT_MODULES |= {"imp", "zipimport", "pathlib", "tempfile", "io", "fileinput", "glob", "shelve", "dbm"}  # files
 SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mmap", "resource", "fcntl", "pty"}
+SUSPECT_MODULES |= {"cProfile", "profile", "_lsprof", "trace", "bdb", "pdb", "pytest", "_pytest"}  # hooks, patches
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
+SUSPECT_ATTRIBUTES |= {"setattr", "delattr", "get_ipython", "globals", "locals", "breakpoint"}  # as another's method
 SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes", "open"}  # files
 LS = {"label_smoothing"}  # the keyword of PyTorch's own label smoothing (F.cross_entropy)
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
@@ -192,6 +196,9 @@ IMPORTS = (ast.Import, ast.ImportFrom)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
+FLAG_CHARS = 100_000  # a cell longer than this is not parsed by the flags (and is flagged for that)
+FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
+LATE = f"code the flags did not read to the end (their {FLAG_SECONDS:g} s for a notebook ran out)"
 
 
 def _past_magic(line: str) -> str:
@@ -200,8 +207,9 @@ def _past_magic(line: str) -> str:
     code = line.lstrip()
     if not code.startswith(("%", "!")):
         return line
-    for space in re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""):  # after the name, or an option
-        with contextlib.suppress(SyntaxError):
+    spaces = re.finditer(r"\s+(?=\S)", code if code[0] == "%" else "")
+    for space in itertools.islice(spaces, 8):  # after the name, or one of a few options
+        with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError):
             ast.parse(rest := code[space.end() :])
             return line[: len(line) - len(code)] + rest
     return ""
@@ -210,10 +218,12 @@ def _past_magic(line: str) -> str:
 def _nodes(source: str, magics: bool = False) -> list:
     """Every node of a piece of code's syntax tree ([] when it is not Python), with ``magics`` read past IPython's
     magic and shell lines (``_past_magic``)."""
+    if len(source) > FLAG_CHARS:
+        return []
     source = "\n".join(map(_past_magic, source.split("\n"))) if magics else source
     try:
         return list(ast.walk(ast.parse(textwrap.dedent(source))))
-    except SyntaxError:
+    except (SyntaxError, MemoryError, RecursionError, ValueError):  # not Python, or nested past the parser's limits
         return []
 
 
@@ -239,15 +249,13 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
     student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
     function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
-    student was asked to write, named inside the student's functions or handed on outside them (anything but a
-    call)."""
+    student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
+    that the function reads)."""
     found, nodes = [], _nodes(source, magics=True)
     magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
     found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book -= {None}
-    inside = {id(m) for d in nodes if isinstance(d, DEFINITIONS) for m in ast.walk(d)}
-    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in SUSPECT_CALLS or n.id.startswith("__")):
             found.append(n.id)
@@ -282,9 +290,19 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             name, attribute = getattr(root, "id", None), any(isinstance(x, ast.Attribute) for x in chain)
             if chain and (name in MODULES | set(modules) or attribute and name not in ("self", "cls")):  # not its own
                 found.append(f"a change to {ast.unparse(target)}")
-        if (getattr(n, "id", None) or getattr(n, "attr", None)) in book and (id(n) in inside or id(n) not in called):
+        if (getattr(n, "id", None) or getattr(n, "attr", None)) in book:
             found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
     return sorted(set(found))
+
+
+def _python(source: str) -> str:
+    """A cell as the Python that IPython runs for it: its magic and shell lines as the calls they stand for."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001  (what IPython cannot transform runs as it is, and fails there)
+        return source
 
 
 def _top(source: str) -> list:
@@ -315,14 +333,20 @@ def _tokens(node) -> list[str]:
     return re.findall(r"\w+|[^\w\s]", ast.dump(node, annotate_fields=False))
 
 
-def near_copies(source: str, references: dict[str, object]) -> list[str]:
-    """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens."""
-    found = {}
+def near_copies(source: str, references: dict[str, object], deadline: float = math.inf) -> list[str]:
+    """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens;
+    compared until ``deadline`` (``time.monotonic()``)."""
+    found, refs = {}, {name: _tokens(ref) for name, ref in references.items()}
     for node in [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]:
-        for name, ref in references.items():
-            a, b = _tokens(node), _tokens(ref)
-            share = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if min(len(a), len(b)) > 30 else 0
-            if share >= (NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY):
+        if time.monotonic() > deadline:
+            return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()] + [LATE]
+        a = _tokens(node)
+        for name, b in refs.items():
+            least = NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY
+            match = difflib.SequenceMatcher(None, a, b, autojunk=False)
+            if min(len(a), len(b)) <= 30 or match.real_quick_ratio() < least or match.quick_ratio() < least:
+                continue  # too short, or too unlike in length or tokens to reach the share (bounds of ratio())
+            if (share := match.ratio()) >= least:
                 found[name] = max(found.get(name, 0), share)
     return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()]
 
@@ -412,15 +436,16 @@ class SandboxKernelManager(AsyncKernelManager):
         threading.Thread(target=self._watch_disk, args=(self.provisioner.process,), daemon=True).start()
 
     def _watch_disk(self, process) -> None:
-        """Twice a second while the kernel runs: past ``disk_mb`` MiB in its folder, or 10,000 files, it is killed."""
+        """Twice a second while the kernel runs: past ``disk_mb`` MiB in its folder, or 10,000 files and folders, it
+        is killed; so it is when its folder cannot be measured."""
         while process.poll() is None:
-            size = 0
-            with contextlib.suppress(OSError):  # files removed meanwhile
-                for files, path in enumerate(self.sandbox_dir.rglob("*")):
-                    size += path.lstat().st_blocks * 512
-                    if files > 10_000 or size > self.disk_mb << 20:
-                        self.disk_full = True
-                        return process.kill()
+            try:
+                size, entries = _disk_use(self.sandbox_dir)
+            except Exception:  # noqa: BLE001  (what cannot be measured is not let run)
+                size = entries = math.inf
+            if size > self.disk_mb << 20 or entries > 10_000:
+                self.disk_full = True
+                return process.kill()
             time.sleep(0.5)
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
@@ -518,7 +543,7 @@ class Execute(NbGraderExecute):
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
             finally:  # the kernels' folders (jupyter_client's cleanup_resources does not call an override)
                 for manager in self._folders:
-                    shutil.rmtree(manager.sandbox_dir, ignore_errors=True)
+                    _remove(manager.sandbox_dir)
 
     def create_kernel_manager(self):
         self._folders.append(super().create_kernel_manager())
@@ -559,7 +584,12 @@ class Execute(NbGraderExecute):
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
                 named |= {(a.asname or a.name).split(".")[0] for a in n.names} if isinstance(n, IMPORTS) else set()
         named |= set(self._defined)
+        deadline = time.monotonic() + FLAG_SECONDS  # the flags' time: a cell can be made costly to read
         for cell in mine:
+            if len(cell.source) > FLAG_CHARS or time.monotonic() > deadline:
+                long = f"a cell of {len(cell.source):,} characters, longer than the flags read ({FLAG_CHARS:,})"
+                cell.metadata.setdefault("aiayn", {})["flags"] = [long if len(cell.source) > FLAG_CHARS else LATE]
+                continue
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
             # what the cell defines or assigns at its top level, which the book's cells and test cells would then use
             top = _top(cell.source)
@@ -567,7 +597,7 @@ class Execute(NbGraderExecute):
             mine_named |= {t.id for n in top for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
             flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
-            if flags := flags + near_copies(cell.source, refs):
+            if flags := flags + near_copies(cell.source, refs, deadline):
                 cell.metadata.setdefault("aiayn", {})["flags"] = flags
 
     def _get_timeout(self, cell):
@@ -597,14 +627,15 @@ class Execute(NbGraderExecute):
 
     def _by_statement(self, cell, resources, index):
         """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
-        module, spans = _nodes(cell.source)[:1], []  # no module for IPython syntax: the cell is skipped whole
+        source = _python(cell.source)
+        module, spans = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
         for node in module[0].body if module else []:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
             if spans and first <= spans[-1][1]:
                 spans[-1][1] = node.end_lineno
             else:
                 spans.append([first, node.end_lineno])
-        lines, outputs = cell.source.splitlines(keepends=True), []
+        lines, outputs = source.splitlines(keepends=True), []
         if not spans:
             outputs.append(_error_output("CellStopped", f"cell {index} {self._skipped[(index, None)]}: skipped"))
         for j, (first, last) in enumerate(spans):
@@ -735,6 +766,18 @@ class Execute(NbGraderExecute):
         return {"content": {**self.error_on_timeout, "status": "error", "aiayn_timeout": True}}
 
 
+def _disk_use(folder: Path) -> tuple[int, int]:
+    """Bytes on disk and files and folders under ``folder``, read by find (which walks a tree nested any depth)."""
+    run = subprocess.run(["find", str(folder), "-mindepth", "1", "-printf", "%b\\n"], capture_output=True, timeout=30)
+    blocks = run.stdout.split()
+    return 512 * sum(map(int, blocks)), len(blocks)
+
+
+def _remove(folder: Path) -> None:
+    """A kernel's folder removed, however deep it is nested (rm walks what Python's recursion cannot)."""
+    subprocess.run(["rm", "-rf", "--", str(folder)], capture_output=True)
+
+
 def _numbers(value) -> int:
     """How many items a result holds at every level (a tensor's elements, the items of each list, tuple and dict, a
     row shared by many rows counted each time), counted no further than past ``kernel.MAX_ELEMENTS``."""
@@ -782,12 +825,13 @@ def _no_partial_credit(cell) -> None:
 
 
 def _error(cell) -> str:
-    """The error a cell of an autograded notebook ended with: "timed out", "stopped: why", its message, or ""."""
-    for out in cell.get("outputs", []):
+    """The error a cell of an autograded notebook ended with: "timed out", "stopped: why", its message, or "" (a
+    KeyboardInterrupt only when the cell raised nothing else: the grader's interrupt comes with its timeout)."""
+    errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    for out in sorted(errors, key=lambda out: out.get("ename") == "KeyboardInterrupt"):
         name, lines = out.get("ename"), str(out.get("evalue", "")).strip().splitlines() or [""]
-        if out.get("output_type") == "error" and name != "KeyboardInterrupt":
-            names = {"CellTimeoutError": "timed out", "CellStopped": f"stopped: {lines[0]}", "Failed": lines[0]}
-            return names.get(name, f"{name}: {lines[0]}")
+        names = {"CellTimeoutError": "timed out", "CellStopped": f"stopped: {lines[0]}", "Failed": lines[0]}
+        return names.get(name, f"{name}: {lines[0]}")
     return ""
 
 

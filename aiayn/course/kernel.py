@@ -25,6 +25,8 @@ import types
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 2_000_000  # characters a kernel may print under the grader (it keeps 1,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
+# what the call watch records when the student's code put a profiler of its own in place of the watch's
+WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
 
 
 class _Timeout(BaseException): ...  # not an Exception: a student's `except Exception` does not swallow it
@@ -85,8 +87,11 @@ def run(req: dict, namespace: dict) -> dict:
         if req.get("observe"):
             value = (value, list(args))
         answer["value"] = to_data(value)
-    except (_Timeout, KeyboardInterrupt):  # its own time limit, or the grader's interrupt
+    except _Timeout:  # its own time limit
         answer["timeout"] = True
+    except KeyboardInterrupt:  # the grader's interrupt, past the time limit, or the student's own at once
+        late = time.perf_counter() - start >= req["seconds"]
+        answer["timeout" if late else "error"] = True if late else ("KeyboardInterrupt", "raised by your code")
     except BaseException as err:  # the student's code raising (or exiting)
         lines = str(err).strip().splitlines()
         answer["error"] = (type(err).__name__, lines[0][:400] if lines else "")
@@ -171,17 +176,19 @@ class Watch:
 
     def __init__(self, references: list[str], namespace: dict, defined: dict | None = None):
         """``defined``: under the grader, the source of the book's cell that defines each name; the namespace's object
-        of that name is the chapter's definition only if its compiled code is that cell's (not a student's own)."""
+        of that name is the chapter's definition only if its compiled code is that cell's (in a student's own run,
+        the package's), not a student's own."""
         self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
             module, qualname, obj = reference_source(path)
             mine = namespace
             for part in qualname.split("."):
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
-            mine = _codes(mine)
-            if defined is not None:
-                book = {c.co_code for c in _compiled(defined.get(qualname.split(".")[0], ""))}
-                mine = [c for c in mine if c.co_code in book]
+            # the name's object is the chapter's definition only if its code is the book's cell's (under the grader)
+            # or the package's (in a student's own run), not a function of the student's named alike
+            cell = defined.get(qualname.split(".")[0], "") if defined is not None else None
+            book = {c.co_code for c in (_compiled(cell) if cell is not None else _codes(obj))}
+            mine = [c for c in _codes(mine) if c.co_code in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
@@ -210,6 +217,8 @@ class Watch:
                 try:
                     value = f(*args, **kwargs)
                 finally:
+                    if sys.getprofile() is not profile or threading.getprofile() is not profile:  # not watched
+                        self.hits.append(WATCH_OFF)
                     sys.setprofile(previous)
                     threading.setprofile(None)
                     if timer:
