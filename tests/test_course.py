@@ -489,6 +489,17 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
     assert "words split at spaces" in " ".join(messages.values()) and len(messages) >= 3
 
 
+def test_a_numpy_array_of_numbers_is_read_as_a_tensor():
+    """An answer computed with numpy earns what the same tensor earns (a sixth trial's honest greedy decoder lost its
+    points for returning an array); an array of objects is still refused."""
+
+    def with_numpy(max_len, d_model):
+        return CHECKS._timing_signal(max_len, d_model).numpy()
+
+    assert failed("positional", with_numpy) == {}
+    assert failed("positional", lambda n, d: __import__("numpy").array([object()] * n, dtype=object))
+
+
 def test_a_student_s_own_helper_named_like_the_book_s_is_not_the_book_s_in_their_own_run():
     """In the student's own kernel (no grader, no record of the book's cells), a function of the student's named
     like the book's is not the book's: the points agree with the grader's (a sixth trial found they did not)."""

@@ -122,6 +122,8 @@ def to_data(x, depth: int = 0):
         return {k: to_data(v, depth + 1) for k, v in x.items()}
     if type(x).__module__ == "numpy" and hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
         return x.item()
+    if type(x).__name__ == "ndarray" and type(x).__module__ == "numpy" and x.dtype.kind in "biuf":  # numbers only
+        return to_data(torch.from_numpy(x.copy()), depth + 1)
     raise TypeError(
         f"your function returned a {type(x).__name__}, which the checks cannot read: return tensors, numbers, "
         "strings, or lists, tuples and dicts of them"
