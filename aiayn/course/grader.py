@@ -51,6 +51,7 @@ from traitlets import Bool, Float, Integer
 
 from aiayn.course import kernel
 
+QUIET = {"capture_output": True, "timeout": 60}  # a tool the grader runs: its output kept, its time bounded
 FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
 RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
@@ -68,17 +69,28 @@ def odd_files(folder: Path) -> list[str]:
     folder, problems = Path(folder), []
     if folder.is_symlink() or folder.parent.is_symlink():
         return [f"{folder.name} is a symbolic link"]
-    for path in sorted(folder.rglob("*")):  # rglob does not descend into linked folders
-        mode, name = path.lstat(), path.relative_to(folder)
-        if stat.S_ISLNK(mode.st_mode):
+    if len(found := _listing(folder)) > 10_000:
+        return ["it holds over 10,000 files and folders"]
+    for kind, links, size, name in found:
+        if kind == "l":
             problems.append(f"{name} is a symbolic link")
-        elif not (stat.S_ISREG(mode.st_mode) or stat.S_ISDIR(mode.st_mode)):
+        elif kind not in ("f", "d"):
             problems.append(f"{name} is not a regular file (a device, a pipe or a socket)")
-        elif stat.S_ISREG(mode.st_mode) and mode.st_nlink > 1:
+        elif kind == "f" and links > 1:
             problems.append(f"{name} is a hard link, to a file that may lie outside the submission")
-        elif mode.st_size > MAX_FILE:
+        elif size > MAX_FILE:
             problems.append(f"{name} is over {MAX_FILE >> 20} MiB, the most a file of a submission may hold")
+        elif name.count("/") >= 64:  # past what copying it into the kernel's folder walks
+            problems.append(f"{name} is nested more than 64 folders deep")
     return problems
+
+
+def _listing(folder: Path) -> list[tuple[str, int, int, str]]:
+    """(kind, links, bytes, path inside ``folder``) of everything in it, sorted by path: read by find, which follows
+    no link, opens nothing and walks a folder nested at any depth."""
+    found = subprocess.run(["find", "-P", folder, "-mindepth", "1", "-printf", "%y %n %s %P\\0"], **QUIET).stdout
+    entries = [os.fsdecode(entry).split(" ", 3) for entry in found.split(b"\0")[:-1]]
+    return sorted(((kind, int(links), int(size), name) for kind, links, size, name in entries), key=lambda e: e[3])
 
 
 def refuse_odd_submissions() -> None:
@@ -207,8 +219,7 @@ def _past_magic(line: str) -> str:
     code = line.lstrip()
     if not code.startswith(("%", "!")):
         return line
-    spaces = re.finditer(r"\s+(?=\S)", code if code[0] == "%" else "")
-    for space in itertools.islice(spaces, 8):  # after the name, or one of a few options
+    for space in itertools.islice(re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""), 8):  # name, options
         with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError):
             ast.parse(rest := code[space.end() :])
             return line[: len(line) - len(code)] + rest
@@ -299,10 +310,9 @@ def _python(source: str) -> str:
     """A cell as the Python that IPython runs for it: its magic and shell lines as the calls they stand for."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    try:
+    with contextlib.suppress(Exception):  # what IPython cannot transform runs as it is, and fails there
         return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001  (what IPython cannot transform runs as it is, and fails there)
-        return source
+    return source
 
 
 def _top(source: str) -> list:
@@ -316,9 +326,8 @@ def _tokens(node) -> list[str]:
     node = copy.deepcopy(node)
     node.name, node.decorator_list, names = "f", [], {}
     for n in ast.walk(node):
-        if isinstance(n, DEFINITIONS) and n.body and isinstance(n.body[0], ast.Expr):
-            if isinstance(n.body[0].value, ast.Constant):  # a docstring
-                n.body = n.body[1:] or [ast.Pass()]
+        if isinstance(n, DEFINITIONS) and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant):
+            n.body = n.body[1:] or [ast.Pass()]  # a docstring
         if isinstance(n, ast.FunctionDef):
             n.returns = None
         elif isinstance(n, ast.AnnAssign):
@@ -439,8 +448,9 @@ class SandboxKernelManager(AsyncKernelManager):
         """Twice a second while the kernel runs: past ``disk_mb`` MiB in its folder, or 10,000 files and folders, it
         is killed; so it is when its folder cannot be measured."""
         while process.poll() is None:
-            try:
-                size, entries = _disk_use(self.sandbox_dir)
+            try:  # find walks a folder nested at any depth (Python's recursion does not)
+                found = subprocess.run(["find", self.sandbox_dir, "-mindepth", "1", "-printf", "%b\\n"], **QUIET)
+                size, entries = 512 * sum(map(int, found.stdout.split())), len(found.stdout.split())
             except Exception:  # noqa: BLE001  (what cannot be measured is not let run)
                 size = entries = math.inf
             if size > self.disk_mb << 20 or entries > 10_000:
@@ -491,8 +501,7 @@ class SandboxKernelManager(AsyncKernelManager):
         env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve(), "PYTHONSAFEPATH": 1}  # no module of its
         # own folder stands in for the book's package, or for the module that answers calls
         env["AIAYN_PRETRAINED"] = data.pretrained_dir().resolve()
-        for name, value in env.items():
-            box += ["--setenv", name, str(value)]
+        box += [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
 
 
@@ -542,8 +551,8 @@ class Execute(NbGraderExecute):
                 self._skipped[(self._cell, self._stmt)] = why
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
             finally:  # the kernels' folders (jupyter_client's cleanup_resources does not call an override)
-                for manager in self._folders:
-                    _remove(manager.sandbox_dir)
+                for manager in self._folders:  # rm removes a folder nested at any depth
+                    subprocess.run(["rm", "-rf", "--", manager.sandbox_dir], **QUIET)
 
     def create_kernel_manager(self):
         self._folders.append(super().create_kernel_manager())
@@ -572,10 +581,7 @@ class Execute(NbGraderExecute):
         mine = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("locked")]
         mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells
         trees = [n for c in mine for n in _nodes(c.source, magics=True)]
-        imports = [n for n in trees if isinstance(n, (ast.Import, ast.ImportFrom))]
-        modules = {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
-        defined = {n.name for n in trees if isinstance(n, DEFINITIONS)}
-        defined |= {n.id for n in trees if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
         self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
@@ -766,18 +772,6 @@ class Execute(NbGraderExecute):
         return {"content": {**self.error_on_timeout, "status": "error", "aiayn_timeout": True}}
 
 
-def _disk_use(folder: Path) -> tuple[int, int]:
-    """Bytes on disk and files and folders under ``folder``, read by find (which walks a tree nested any depth)."""
-    run = subprocess.run(["find", str(folder), "-mindepth", "1", "-printf", "%b\\n"], capture_output=True, timeout=30)
-    blocks = run.stdout.split()
-    return 512 * sum(map(int, blocks)), len(blocks)
-
-
-def _remove(folder: Path) -> None:
-    """A kernel's folder removed, however deep it is nested (rm walks what Python's recursion cannot)."""
-    subprocess.run(["rm", "-rf", "--", str(folder)], capture_output=True)
-
-
 def _numbers(value) -> int:
     """How many items a result holds at every level (a tensor's elements, the items of each list, tuple and dict, a
     row shared by many rows counted each time), counted no further than past ``kernel.MAX_ELEMENTS``."""
@@ -881,8 +875,8 @@ def _not_graded(submitted: Path) -> str:
 def _beside(root: Path, student: str, assignment: str) -> list[str]:
     """The files a submission holds beside its notebooks that the released assignment does not."""
     folder, release = root / "submitted" / student / assignment, root / "release" / assignment
-    found = [p.relative_to(folder) for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".ipynb"]
-    return [str(p) for p in found if not (release / p).is_file()]
+    found = [name for kind, _, _, name in _listing(folder) if kind == "f" and not name.endswith(".ipynb")]
+    return [name for name in found if not (release / name).is_file()]
 
 
 def report(root: Path, assignment: str) -> list[str]:

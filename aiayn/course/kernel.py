@@ -87,10 +87,8 @@ def run(req: dict, namespace: dict) -> dict:
         if req.get("observe"):
             value = (value, list(args))
         answer["value"] = to_data(value)
-    except _Timeout:  # its own time limit
-        answer["timeout"] = True
-    except KeyboardInterrupt:  # the grader's interrupt, past the time limit, or the student's own at once
-        late = time.perf_counter() - start >= req["seconds"]
+    except (_Timeout, KeyboardInterrupt) as err:  # its own time limit, the grader's interrupt, or the student's own
+        late = isinstance(err, _Timeout) or time.perf_counter() - start >= req["seconds"]
         answer["timeout" if late else "error"] = True if late else ("KeyboardInterrupt", "raised by your code")
     except BaseException as err:  # the student's code raising (or exiting)
         lines = str(err).strip().splitlines()

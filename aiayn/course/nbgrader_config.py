@@ -24,7 +24,7 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 # Limits of each submission's kernel, and of what its output may cost the grader.
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
-DISK_MB = 512  # what the kernel may write to disk (its files, 10,000 at most), checked twice a second
+DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second
 CELL_OUTPUT = 100_000  # characters of output kept per cell; the rest is cut, with a note
 NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
 BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from the notebook's
@@ -42,16 +42,15 @@ def cell_timeout(cell):
     return BOOK_CELL if book else STUDENT_CELL
 
 
-c.Execute.timeout_func = cell_timeout
-c.Execute.interrupt_on_timeout = True
-c.SandboxKernelManager.sandbox = SANDBOX
-c.Execute.notebook_seconds = NOTEBOOK
-c.Execute.cell_output = CELL_OUTPUT
-c.Execute.notebook_output = NOTEBOOK_OUTPUT
-c.Execute.book_cell_output = BOOK_CELL_OUTPUT
-c.SandboxKernelManager.memory_mb = MEMORY_MB
-c.SandboxKernelManager.processes = PROCESSES
-c.SandboxKernelManager.disk_mb = DISK_MB
+c.Execute.update(
+    timeout_func=cell_timeout,
+    interrupt_on_timeout=True,
+    notebook_seconds=NOTEBOOK,
+    cell_output=CELL_OUTPUT,
+    notebook_output=NOTEBOOK_OUTPUT,
+    book_cell_output=BOOK_CELL_OUTPUT,
+)
+c.SandboxKernelManager.update(sandbox=SANDBOX, memory_mb=MEMORY_MB, processes=PROCESSES, disk_mb=DISK_MB)
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
