@@ -447,20 +447,33 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     assert grader.near_copies("def f():\n    return 1", refs, deadline=0) == [grader.LATE]
 
 
-def test_a_folder_nested_thousands_deep_is_measured_and_removed(tmp_path, monkeypatch):
-    """The disk watch measures, and the grader removes, a kernel's folder nested deeper than Python's recursion (a
-    sixth trial's route past the disk limit)."""
+def test_a_folder_nested_thousands_deep_is_measured_and_refused(tmp_path, monkeypatch):
+    """The disk watch measures a kernel's folder nested deeper than Python's recursion and kills the kernel past its
+    limit (a sixth trial's route past the disk limit); a submission nested so deep is not graded."""
     from aiayn.course import grader
 
-    monkeypatch.chdir(tmp_path)
+    manager = grader.SandboxKernelManager(disk_mb=1)
+    monkeypatch.chdir(manager.sandbox_dir)
     for _ in range(2500):
         os.mkdir("dd")
         os.chdir("dd")
-    Path("big").write_bytes(bytes(1 << 20))
-    size, entries = grader._disk_use(tmp_path)
-    assert entries == 2501 and size >= 1 << 20
-    grader._remove(tmp_path)
-    assert not tmp_path.exists()
+    Path("big").write_bytes(bytes(2 << 20))
+
+    class Kernel:
+        killed = False
+
+        def poll(self):
+            return 0 if self.killed else None
+
+        def kill(self):
+            self.killed = True
+
+    kernel = Kernel()
+    manager._watch_disk(kernel)
+    assert kernel.killed and manager.disk_full
+    problems = grader.odd_files(manager.sandbox_dir)
+    assert len(problems) == 1 and problems[0].endswith("is nested more than 64 folders deep")
+    subprocess.run(["rm", "-rf", manager.sandbox_dir], check=True)
 
 
 def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):

@@ -42,14 +42,8 @@ def cell_timeout(cell):
     return BOOK_CELL if book else STUDENT_CELL
 
 
-c.Execute.update(
-    timeout_func=cell_timeout,
-    interrupt_on_timeout=True,
-    notebook_seconds=NOTEBOOK,
-    cell_output=CELL_OUTPUT,
-    notebook_output=NOTEBOOK_OUTPUT,
-    book_cell_output=BOOK_CELL_OUTPUT,
-)
+c.Execute.update(timeout_func=cell_timeout, interrupt_on_timeout=True, notebook_seconds=NOTEBOOK)
+c.Execute.update(cell_output=CELL_OUTPUT, notebook_output=NOTEBOOK_OUTPUT, book_cell_output=BOOK_CELL_OUTPUT)
 c.SandboxKernelManager.update(sandbox=SANDBOX, memory_mb=MEMORY_MB, processes=PROCESSES, disk_mb=DISK_MB)
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
