@@ -81,7 +81,7 @@ def odd_files(folder: Path) -> list[str]:
         elif size > MAX_FILE:
             problems.append(f"{name} is over {MAX_FILE >> 20} MiB, the most a file of a submission may hold")
         elif name.count("/") >= 64:  # past what copying it into the kernel's folder walks
-            problems.append(f"{name} is nested more than 64 folders deep")
+            return problems + [f"{name.split('/')[0]}/... is nested more than 64 folders deep"]
     return problems
 
 
