@@ -417,8 +417,8 @@ def test_static_flags_name_what_reaches_past_the_function():
         "fit = lambda k, d: shift_matrix(k, d)\nTABLE = {d: sinusoidal_encoding(99, d) for d in range(4, 9, 2)}"
     )
     assert grader.suspect(routes, (), {"shift_matrix", "sinusoidal_encoding"}) == [
-        ".get_ipython", ".setattr", "import cProfile", "import pytest", "the book's shift_matrix",
-        "the book's sinusoidal_encoding",
+        ".get_ipython", ".setattr", "import cProfile", "import pytest", "import pytest.MonkeyPatch",
+        "the book's shift_matrix", "the book's sinusoidal_encoding",
     ]  # fmt: skip
     source = inspect.getsource(rate)
     edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
@@ -432,8 +432,10 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     the parser's limits, a function of hundreds of statements) is read within bounds or not at all, never raising."""
     from aiayn.course import grader
 
-    assert grader._past_magic("%time " + "1 + " * 5000 + "1").startswith("1 + 1")
-    assert grader._nodes("%time " + "a " * 3000, magics=True) == []  # a syntax error, not a parse that raises
+    assert grader._past_magic("%time x = [" + "1, " * 5000 + "1]").startswith("x = [1, 1, ")
+    assert grader._past_magic("%time " + "1 + " * 5000 + "1") == ""  # nested past the parser's limit: not read
+    assert grader._past_magic("%timeit -n 1 -r 1 -p 3 -t -c -q -o import sys") == "import sys"  # every option
+    assert [type(n) for n in grader._nodes("%time " + "a " * 3000, magics=True)] == [grader.ast.Module]  # blank
     assert grader._nodes("x = " + "(" * 500 + ")" * 500) == []  # nested past the parser's limit: not read
     assert grader._nodes("x = 1\n" * (grader.FLAG_CHARS // 6 + 1)) == []  # longer than the flags read
     long = "def f(x):\n" + "".join(f"    x = x + {i}\n" for i in range(600)) + "    return x"

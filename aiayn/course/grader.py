@@ -219,7 +219,7 @@ def _past_magic(line: str) -> str:
     code = line.lstrip()
     if not code.startswith(("%", "!")):
         return line
-    for space in itertools.islice(re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""), 8):  # name, options
+    for space in itertools.islice(re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""), 32):  # name, options
         with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError):
             ast.parse(rest := code[space.end() :])
             return line[: len(line) - len(code)] + rest
