@@ -503,6 +503,25 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
     messages = failed("bleu", spaces)
     assert "words split at spaces" in " ".join(messages.values()) and len(messages) >= 3
 
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    def plain(hyps, refs):
+        tok, m, t, c, r = Tokenizer13a(), [0] * 4, [0] * 4, 0, 0
+        for hyp, ref in zip(hyps, refs):
+            h, g = tok(hyp).split(), tok(ref).split()
+            c, r = c + len(h), r + len(g)
+            for n in range(1, 5):
+                hc, rc = CHECKS._ngrams(h, n), CHECKS._ngrams(g, n)
+                m[n - 1] += sum(min(k, rc[x]) for x, k in hc.items())
+                t[n - 1] += sum(hc.values())
+        if min(m) == 0:
+            return 0.0
+        return 100 * min(1.0, math.exp(1 - r / c)) * math.exp(sum(math.log(a / b) for a, b in zip(m, t)) / 4)
+
+    for seed in (1, 2):  # hypotheses and references respelled alike: a prefix of a reference stays one
+        monkeypatch.setattr(CHECKS, "SEED", seed)
+        assert set(failed("bleu", plain)) == {"smoothing", "corpus", "random"}, seed
+
 
 def test_a_numpy_array_of_numbers_is_read_as_a_tensor():
     """An answer computed with numpy earns what the same tensor earns (a sixth trial's honest greedy decoder lost its

@@ -1290,25 +1290,23 @@ def _add_one_bleu(hyps, refs, split=None):
 def _bleu_checks():
     def respelled(*groups: list[str]) -> list[list[str]]:
         """The sentences with every word spelled anew for each grading (``SEED``), the same word the same way
-        throughout, and a sentence's final full stop attached to its last word, as text has it ("street."): the
-        n-gram matches are those of the sentences as written, the words new, and the tokens 13a's."""
-        rng, spelling = random.Random(SEED), {}
+        wherever it occurs, and a full stop attached to the word before it, as text has it ("street."): the n-gram
+        matches are those of the sentences as written, the words new, and the tokens 13a's."""
 
         def word(w):
-            if w.isalpha() and w not in spelling:
-                spelling[w] = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
-            return spelling.get(w, w)
+            if not w.isalpha():
+                return w
+            rng = random.Random(f"{SEED} {w}")  # the word's spelling depends on the word and the seed alone
+            return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
 
         return [[" ".join(map(word, x.split())).replace(" .", ".") for x in group] for group in groups]
 
-    (refs,) = respelled(
-        [
-            "The cat sat on the mat .",
-            "A man is riding a red bicycle down the street .",
-            "Two dogs play in the snow .",
-            "Children are watching a puppet show in the park .",
-        ]
-    )
+    refs = [
+        "The cat sat on the mat .",
+        "A man is riding a red bicycle down the street .",
+        "Two dogs play in the snow .",
+        "Children are watching a puppet show in the park .",
+    ]
 
     def score(call, f, hyps, rs):
         out = call(f, list(hyps), list(rs))
@@ -1329,28 +1327,31 @@ def _bleu_checks():
             raise Failed(f"{what}: {_relative(got, want)}{cause}")
 
     def identical(f, call):
-        close(call, f, refs, refs, "identical hypotheses and references score 100")
+        (rs,) = respelled(refs)
+        close(call, f, rs, rs, "identical hypotheses and references score 100")
 
     def brevity(f, call):
-        (hyps,) = respelled(
-            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"]
+        hyps, rs = respelled(
+            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"],
+            refs,
         )
-        close(call, f, hyps, refs, "short hypotheses: the brevity penalty")
+        close(call, f, hyps, rs, "short hypotheses: the brevity penalty")
 
     def smoothing(f, call):
         hyps, rs = respelled(["a b c d e", "f g h"], ["a x c y e", "z z z"])
         close(call, f, hyps, rs, "no bigram matches: add-one smoothing")
 
     def corpus(f, call):
-        (hyps,) = respelled(
+        hyps, rs = respelled(
             [
                 "The cat sat on a mat .",
                 "A man rides a red bike down the street .",
                 "Two dogs are in snow .",
                 "Kids watch a show in the park .",
-            ]
+            ],
+            refs,
         )
-        close(call, f, hyps, refs, "counts pooled over the corpus")
+        close(call, f, hyps, rs, "counts pooled over the corpus")
 
     def random_corpus(f, call):
         rng = random.Random(SEED + 1)
