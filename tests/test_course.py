@@ -523,6 +523,16 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
         assert set(failed("bleu", plain)) == {"smoothing", "corpus", "random"}, seed
 
 
+def test_a_constant_encoding_earns_only_its_shape_and_position_zero():
+    """A sixth trial's: zeros, then ones, in every row has the right shape, the right position 0 and the right norm
+    everywhere; the norm check now asks that the encoding change with the position."""
+
+    def constant(max_len, d_model):
+        return torch.cat([torch.zeros(max_len, d_model // 2), torch.ones(max_len, d_model // 2)], 1)
+
+    assert set(failed("positional", constant)) == {"halves", "timescales", "reference", "norm"}
+
+
 def test_a_numpy_array_of_numbers_is_read_as_a_tensor():
     """An answer computed with numpy earns what the same tensor earns (a sixth trial's honest greedy decoder lost its
     points for returning an array); an array of objects is still refused."""

@@ -665,12 +665,18 @@ def _positional_checks():
 
     def norm(f, call):
         n, d = sizes(6, (10, 40), (4, 32))
+        out = pe(call, f, n, d)
         _close(
-            pe(call, f, n, d).norm(dim=-1),
+            out.norm(dim=-1),
             torch.full((n,), math.sqrt(d / 2)),
             f"every position has norm sqrt(d_model / 2), for max_len {n}, d_model {d}",
             rtol=1e-4,
         )
+        if torch.allclose(out, out[:1].expand_as(out)):  # a constant row has that norm too
+            raise Failed(
+                f"every position has the same vector: the norm is right, but the encoding of max_len {n} "
+                "does not change with the position"
+            )
 
     return [
         ("shape", "shape (max_len, d_model)", 1, shape),
