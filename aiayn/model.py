@@ -113,8 +113,8 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
-                                            c.d_v)
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k,
+                                            c.inner_drop, c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
                                                     c.inner_drop)
         self.sublayer = nn.ModuleList(
@@ -134,10 +134,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
-                                            c.d_v)
-        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k, c.inner_drop,
-                                           c.d_v)
+        self.self_attn = MultiHeadAttention(c.d_model, c.h, c.d_k,
+                                            c.inner_drop, c.d_v)
+        self.src_attn = MultiHeadAttention(c.d_model, c.h, c.d_k,
+                                           c.inner_drop, c.d_v)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff,
                                                     c.inner_drop)
         self.sublayer = nn.ModuleList(

@@ -176,19 +176,19 @@ class Watch:
 
     def __init__(self, references: list[str], namespace: dict, defined: dict | None = None):
         """``defined``: under the grader, the source of the book's cell that defines each name; the namespace's object
-        of that name is the chapter's definition only if its compiled code is that cell's (in a student's own run,
-        the package's), not a student's own."""
+        of that name is the chapter's definition only if its compiled code is that cell's (not a student's own). In a
+        student's own run, where the notebook's cells are not told apart, the namespace's object of that name is
+        taken as the chapter's."""
         self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
             module, qualname, obj = reference_source(path)
             mine = namespace
             for part in qualname.split("."):
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
-            # the name's object is the chapter's definition only if its code is the book's cell's (under the grader)
-            # or the package's (in a student's own run), not a function of the student's named alike
-            cell = defined.get(qualname.split(".")[0], "") if defined is not None else None
-            book = {c.co_code for c in (_compiled(cell) if cell is not None else _codes(obj))}
-            mine = [c for c in _codes(mine) if c.co_code in book]
+            mine = _codes(mine)
+            if defined is not None:  # the chapter's definition only if its code is the book's cell's
+                book = {c.co_code for c in _compiled(defined.get(qualname.split(".")[0], ""))}
+                mine = [c for c in mine if c.co_code in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
