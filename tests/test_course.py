@@ -915,7 +915,8 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     "zd_nests_deep_then_fills": (
         "right",
         "import os, time\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\ntime.sleep(1.5)\n"
-        "for i in range(12):\n    with open(f'b{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
+        "for i in range(200):  # long enough for the watch, which looks twice a second, to stop it here\n"
+        "    with open(f'b{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
     ),
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
