@@ -126,3 +126,7 @@ def test_warnings_name_each_sign():
         "outputs alike: only 25% of the val outputs are distinct; the model barely reads its source. Lower the "
         "learning rate or train longer"
     ]
+    # a stored GPU run whose six post-LN layers did not train (results/gpu-longer/deep-p3-16k): 695 of 1000 distinct
+    alike = health.output_spread([f"Satz {i}." for i in range(650)] + [f"Wort {i % 50}." for i in range(350)])
+    assert alike["most_common_share"] == 0.007 and alike["distinct"] == 0.7
+    assert health.warnings(spread=alike, split="test2016")[0].startswith("outputs alike: only 70% of the test2016")

@@ -71,7 +71,7 @@ def odd_files(folder: Path) -> list[str]:
         return [f"{folder.name} is a symbolic link"]
     if len(found := _listing(folder)) > 10_000:
         return ["it holds over 10,000 files and folders"]
-    for kind, links, size, name in found:
+    for kind, links, size, _, name in found:
         if kind == "l":
             problems.append(f"{name} is a symbolic link")
         elif kind not in ("f", "d"):
@@ -85,12 +85,12 @@ def odd_files(folder: Path) -> list[str]:
     return problems
 
 
-def _listing(folder: Path) -> list[tuple[str, int, int, str]]:
-    """(kind, links, bytes, path inside ``folder``) of everything in it, sorted by path: read by find, which follows
-    no link, opens nothing and walks a folder nested at any depth."""
-    found = subprocess.run(["find", "-P", folder, "-mindepth", "1", "-printf", "%y %n %s %P\\0"], **QUIET).stdout
-    entries = [os.fsdecode(entry).split(" ", 3) for entry in found.split(b"\0")[:-1]]
-    return sorted(((kind, int(links), int(size), name) for kind, links, size, name in entries), key=lambda e: e[3])
+def _listing(folder: Path) -> list[tuple[str, int, int, int, str]]:
+    """(kind, links, bytes, bytes on disk, path inside ``folder``) of everything in it, sorted by path: read by find,
+    which follows no link, opens nothing and walks a folder nested at any depth."""
+    found = subprocess.run(["find", "-P", folder, "-mindepth", "1", "-printf", "%y %n %s %b %P\\0"], **QUIET).stdout
+    entries = [os.fsdecode(entry).split(" ", 4) for entry in found.split(b"\0")[:-1]]
+    return sorted(((k, int(n), int(size), 512 * int(b), name) for k, n, size, b, name in entries), key=lambda e: e[4])
 
 
 def refuse_odd_submissions() -> None:
@@ -449,8 +449,8 @@ class SandboxKernelManager(AsyncKernelManager):
         is killed; so it is when its folder cannot be measured."""
         while process.poll() is None:
             try:  # find walks a folder nested at any depth (Python's recursion does not)
-                found = subprocess.run(["find", self.sandbox_dir, "-mindepth", "1", "-printf", "%b\\n"], **QUIET)
-                size, entries = 512 * sum(map(int, found.stdout.split())), len(found.stdout.split())
+                found = _listing(self.sandbox_dir)
+                size, entries = sum(entry[3] for entry in found), len(found)
             except Exception:  # noqa: BLE001  (what cannot be measured is not let run)
                 size = entries = math.inf
             if size > self.disk_mb << 20 or entries > 10_000:
@@ -875,7 +875,7 @@ def _not_graded(submitted: Path) -> str:
 def _beside(root: Path, student: str, assignment: str) -> list[str]:
     """The files a submission holds beside its notebooks that the released assignment does not."""
     folder, release = root / "submitted" / student / assignment, root / "release" / assignment
-    found = [name for kind, _, _, name in _listing(folder) if kind == "f" and not name.endswith(".ipynb")]
+    found = [name for kind, *_, name in _listing(folder) if kind == "f" and not name.endswith(".ipynb")]
     return [name for name in found if not (release / name).is_file()]
 
 

@@ -23,7 +23,9 @@ from aiayn.training import token_nll
 # covers well under 1% of the sentences and over 95% of them are distinct; with the wrong sources the NLL per token
 # rises by several nats.
 MOST_COMMON_MAX = 0.10  # the most common output may cover at most this share of the sentences
-DISTINCT_MIN = 0.50  # at least this share of the outputs must be distinct
+DISTINCT_MIN = (
+    0.90  # at least this share of the outputs must be distinct (a six-layer run that ignored its source: 70%)
+)
 SOURCE_GAIN_MIN = 0.5  # nats per target token that the right source must be worth
 VAL_PPL_MAX = 30.0  # a run that ends above this validation perplexity has not converged
 
