@@ -116,6 +116,12 @@ def main(argv=None) -> dict:
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
     p.add_argument("--compile-reference", action="store_true", help="torch.compile nn.Transformer too")
     p.add_argument(
+        "--compile-mode",
+        choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+        default="default",
+        help="torch.compile's mode (reduce-overhead: CUDA graphs)",
+    )
+    p.add_argument(
         "--precision",
         choices=("auto", "bf16", "fp16", "fp32"),
         default="auto",
@@ -149,6 +155,7 @@ def main(argv=None) -> dict:
             "precision": precision,
             "compile": args.compile,
             "compile_reference": args.compile_reference,
+            "compile_mode": args.compile_mode,
             "attention": args.attention,
             "steps": args.steps,
             "warmup_steps": args.warmup_steps,
@@ -161,8 +168,8 @@ def main(argv=None) -> dict:
     }
     flops = {name: flops_per_step(m, batch, precision) for name, m in models.items()}
     runners = {
-        "aiayn": torch.compile(models["aiayn"]) if args.compile else models["aiayn"],
-        "nn.Transformer": torch.compile(models["nn.Transformer"])
+        "aiayn": torch.compile(models["aiayn"], mode=args.compile_mode) if args.compile else models["aiayn"],
+        "nn.Transformer": torch.compile(models["nn.Transformer"], mode=args.compile_mode)
         if args.compile_reference
         else models["nn.Transformer"],
     }
