@@ -130,8 +130,16 @@ def main() -> int:
             torch.set_num_threads(threads)
         return tokens / seconds, pairs / seconds
 
-    def matmul_peak(dtype, n: int = 2048, repeats: int = 10) -> float:
-        """The cores' matmul rate in GFLOP/s: the fastest of ``repeats`` products of two n x n matrices."""
+    def matmul_peak(dtype, n: int = 2048, repeats: int = 10, budget_s: float = 20.0) -> float:
+        """The cores' matmul rate in GFLOP/s: the fastest of ``repeats`` products of two n x n matrices. Where the
+        dtype is emulated (bf16 on a CPU without AVX-512 BF16 or AMX, some hundred times slower than fp32), n halves
+        until the products fit ``budget_s``: a product of 2048 would take tens of seconds."""
+        small = torch.randn(256, 256).to(dtype)
+        start = time.perf_counter()
+        small @ small
+        first = time.perf_counter() - start
+        while n > 256 and first * (n / 256) ** 3 * (repeats + 2) > budget_s:
+            n //= 2
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
         seconds = []
         for _ in range(repeats + 2):  # two untimed

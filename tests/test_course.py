@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -350,7 +351,7 @@ def test_static_flags_name_what_reaches_past_the_function():
         "    code = operator.attrgetter('__code__')(r)\n    return torch.jit.script(training.rate)(step)"
     )
     assert grader.suspect(hidden, {"K", "G"}, {"rate"}) == [
-        ".jit", "a change to G.log_softmax", "a change to K.run", "a change to optimizer.seen",
+        ".attrgetter", ".jit", "a change to G.log_softmax", "a change to K.run", "a change to optimizer.seen",
         "a change to torch.autograd.grad", "a change to x.grad", "import aiayn.course", "import aiayn.course.kernel",
         "the book's r", "the book's rate", "the name __code__ as a string",
     ]  # fmt: skip
@@ -376,8 +377,8 @@ def test_static_flags_name_what_reaches_past_the_function():
         "ANSWERS = {(10, 0): [[5, 7, 4]]}\nsizes = [2, 3]\neps = 1e-9"
     )
     assert grader.suspect(more, {"K"}) == [
-        "a change to K.Watch", "a change to k.Watch", "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})",
-        "import aiayn.course.kernel", "the magic %run",
+        ".resolve_name", "a change to K.Watch", "a change to k.Watch",
+        "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})", "import aiayn.course.kernel", "the magic %run",
     ]  # fmt: skip
     tables = (  # a fourth trial's routes: a flat table of answers, numbers as strings, answers loaded from a file
         "TABLE = {'1,0.001,100,1000': 1e-05, '100,0.001,100,1000': 0.001}\nSTEPS = [5, 100, 775, 1000]\n"
@@ -391,7 +392,7 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(routes) == [
         ".gi_frame", ".setprofile", ".sys", "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
-        "the name 0.__code__ as a string",
+        "the name 0.__code__ as a string", "the name sys as a string",
     ]  # fmt: skip
     routes = (  # a fifth trial's: the call watch patched by name, a thread or a fork by other modules, PyTorch's own
         "from unittest import mock\nimport logging.handlers, posix, mmap, re\n"
@@ -418,7 +419,17 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(routes, (), {"shift_matrix", "sinusoidal_encoding"}) == [
         ".get_ipython", ".setattr", "import cProfile", "import pytest", "import pytest.MonkeyPatch",
-        "the book's shift_matrix", "the book's sinusoidal_encoding",
+        "the book's shift_matrix", "the book's sinusoidal_encoding", "the name sys.setprofile as a string",
+    ]  # fmt: skip
+    routes = (  # a seventh trial's: builtins resolved from a string by another library, a dunder name in pieces, a
+        # change made through a call's result; and what honest code writes alike
+        "from traitlets.utils.importstring import import_item\nsa = import_item('builtins.setattr')\n"
+        "fetch(g['run'], '__glo' + 'bals__')['Watch'] = Quiet\nkey = '_'.join(['a', 'b'])\nt = 'torch.float32'\n"
+        "words = ['the', 'door', 'is', 'open']\nd['Watch'] = 1"
+    )
+    assert grader.suspect(routes) == [
+        "a change to fetch(g['run'], '__glo' + 'bals__')['Watch']", "import_item", "the name __glo as a string",
+        "the name bals__ as a string", "the name builtins.setattr as a string",
     ]  # fmt: skip
     source = inspect.getsource(rate)
     edited = source.replace("def rate(", "def my_rate(").replace("**", "** 1 *").replace("step", "s")
@@ -432,10 +443,12 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     the parser's limits, a function of hundreds of statements) is read within bounds or not at all, never raising."""
     from aiayn.course import grader
 
-    assert grader._past_magic("%time x = [" + "1, " * 5000 + "1]").startswith("x = [1, 1, ")
-    assert grader._past_magic("%time " + "1 + " * 5000 + "1") == ""  # nested past the parser's limit: not read
+    assert grader._past_magic("%time x = [" + "1, " * 500 + "1]").startswith("x = [1, 1, ")
+    assert grader._past_magic("%time " + "(" * 300 + ")" * 300) == ""  # nested past the parser's limit: not read
     assert grader._past_magic("%timeit -n 1 -r 1 -p 3 -t -c -q -o import sys") == "import sys"  # every option
-    assert [type(n) for n in grader._nodes("%time " + "a " * 3000, magics=True)] == [grader.ast.Module]  # blank
+    assert [type(n) for n in grader._nodes("%time " + "a " * 900, magics=True)] == [grader.ast.Module]  # blank
+    long_magic = "%time " + "a " * 3000  # past the length a magic line is read to: the cell is not Python to them
+    assert grader._past_magic(long_magic) == long_magic and grader._nodes(long_magic, magics=True) == []
     assert grader._nodes("x = " + "(" * 500 + ")" * 500) == []  # nested past the parser's limit: not read
     assert grader._nodes("x = 1\n" * (grader.FLAG_CHARS // 6 + 1)) == []  # longer than the flags read
     long = "def f(x):\n" + "".join(f"    x = x + {i}\n" for i in range(600)) + "    return x"
@@ -447,6 +460,15 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     monkeypatch.setattr(grader.difflib.SequenceMatcher, "ratio", ratio)
     assert grader.near_copies(long, refs) == []
     assert grader.near_copies("def f():\n    return 1", refs, deadline=0) == [grader.LATE]
+    # a seventh trial's: a hundred cells of magic lines, each costly to read past its options, within the flags' time
+    costly = "\n".join(f"%time {i} " + "-x " * 600 + "(" for i in range(40))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(costly + f"\n# {i}") for i in range(100)])
+    monkeypatch.setattr(grader, "FLAG_SECONDS", 2.0)
+    execute, start = grader.Execute(), time.monotonic()
+    execute._checks = {}
+    execute._flag(nb, {}, ASSIGNMENTS)
+    assert time.monotonic() - start < 2.0 + 3.0  # the flags' time, and one cell past it at most
+    assert grader.LATE in nb.cells[-1].metadata["aiayn"]["flags"]
 
 
 def test_a_folder_nested_thousands_deep_is_measured_and_refused(tmp_path, monkeypatch):
@@ -767,7 +789,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS
 
     flat = " ".join(page.split())
-    assert f"a cell over {FLAG_CHARS:,} characters is not parsed" in flat
+    assert f"a cell over {FLAG_CHARS:,} characters, one with a magic line over" in flat
     assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
 
     root = tmp_path / "my-course"
@@ -918,6 +940,10 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "for i in range(200):  # long enough for the watch, which looks twice a second, to stop it here\n"
         "    with open(f'b{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
     ),
+    "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
+        "right",
+        "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
+    ),
     "t_hides_its_call": (
         "right_named_inner+import aiayn.course.kernel as K\nfrom aiayn.training import rate\nreal = K.run\n"
         "def quiet(request, namespace):\n    answer = real(request, namespace)\n    answer['calls'] = []\n"
@@ -1045,6 +1071,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zb_magic_then_stuck": total,
         "zc_profiles_the_book": ASSIGNMENTS["accumulation"].points,
         "zd_nests_deep_then_fills": total,
+        "ze_fills_the_disk_at_once": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1058,7 +1085,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     # ipykernel restores its SIGINT handler after each request: run alone, the loop is interruptible
     assert "stopped by the time limit" in blocks["e_ignores_sigint"]
     assert "ended its kernel" in blocks["l_ends_its_kernel"]
-    for full in ("x_fills_the_disk", "zd_nests_deep_then_fills"):
+    for full in ("x_fills_the_disk", "zd_nests_deep_then_fills", "ze_fills_the_disk_at_once"):
         assert "ended its kernel: it wrote more to disk than its limit" in blocks[full], full
     assert "skipped, the rest ran" in blocks["zb_magic_then_stuck"]
     assert "FLAG replaced the grader's call watch" in blocks["zc_profiles_the_book"]
@@ -1136,6 +1163,33 @@ def test_a_call_of_the_chapters_own_function_earns_nothing_and_a_pasted_copy_is_
 
     refs = grader.references([ASSIGNMENTS["attention"]], [])
     assert "resembles aiayn.attention.attention" in " ".join(grader.near_copies(cells[4], refs))
+
+
+def test_a_helper_of_the_chapter_s_name_and_shape_is_the_student_s_own():
+    """A seventh trial's: under the grader, a student's own `ngrams` (over strings) or `length_penalty` compiles to
+    the same outer bytecode as the chapter's cell; it is the student's by its constants and names, and only the
+    chapter's own definition counts as a call of the book."""
+    from collections import Counter
+
+    from aiayn.course import kernel
+
+    book = "def ngrams(tokens, n):\n    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))"
+    mine = "def ngrams(words, n):\n    return Counter(' '.join(words[i:i + n]) for i in range(len(words) - n + 1))"
+    penalty = "def length_penalty(length, alpha):\n    return ((5 + length) / 6) ** alpha"
+    own_penalty = "def length_penalty(length, alpha):\n    return ((5.0 + length) / 6.0) ** alpha"
+    for source, chapter, name, ref, hit in [
+        (mine, book, "ngrams", "aiayn.bleu.ngrams", False),
+        (book, book, "ngrams", "aiayn.bleu.ngrams", True),
+        (own_penalty, penalty, "length_penalty", "aiayn.decoding.length_penalty", False),
+        (penalty, penalty, "length_penalty", "aiayn.decoding.length_penalty", True),
+    ]:
+        namespace = {"Counter": Counter}
+        exec(compile(source, "<cell>", "exec"), namespace)
+        watch = kernel.Watch([ref], namespace, {name: chapter})
+        args = (["a", "b", "a"], 1) if name == "ngrams" else (torch.tensor([3.0]), 0.6)
+        watch(namespace[name], *args)
+        assert watch.hits == ([ref] if hit else []), (source, watch.hits)
+    assert compile(mine, "m", "exec").co_consts[0].co_code == compile(book, "b", "exec").co_consts[0].co_code
 
 
 def test_the_answer_keys_counts_are_the_models():

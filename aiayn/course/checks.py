@@ -1203,7 +1203,8 @@ def _ngrams(tokens, n):
     "decoding",
     ["clipped_matches"],
     "clipped_matches(hyp, ref, n) -> (clipped n-gram matches, n-grams of hyp), token lists",
-    ["aiayn.bleu.ngram_stats", "aiayn.bleu.ngrams"],
+    ["aiayn.bleu.ngram_stats", "aiayn.bleu.ngrams", "sacrebleu.metrics.bleu.BLEU"]
+    + ["sacrebleu.metrics.helpers.extract_all_word_ngrams", "sacrebleu.metrics.helpers.extract_word_ngrams"],
 )
 def _clipped_checks():
     def agrees(f, call):
@@ -1236,7 +1237,7 @@ def _clipped_checks():
     "decoding",
     ["my_brevity_penalty"],
     "my_brevity_penalty(c, r) -> 1 if c >= r, else exp(1 - r / c); 0 for c = 0",
-    ["aiayn.bleu.brevity_penalty"],
+    ["aiayn.bleu.brevity_penalty", "sacrebleu.metrics.bleu.BLEU"],
 )
 def _bp_checks():
     def agrees(f, call):
@@ -1431,7 +1432,8 @@ def _parameter_count(c, biases=True, norms=True, tied=True) -> int:
     ["my_parameter_count"],
     "my_parameter_count(c: TransformerConfig) -> int, the parameters of make_model(c) with tied weights "
     "and sinusoidal positions",
-    ["aiayn.model.parameter_count", "aiayn.model.count_parameters", "aiayn.model.make_model"],
+    ["aiayn.model.parameter_count", "aiayn.model.count_parameters", "aiayn.model.make_model", "aiayn.model.Transformer"]
+    + ["torch.nn.Transformer"],
 )
 def _parameter_count_checks():
     def configs(**changes):

@@ -43,6 +43,7 @@ import nbformat
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
+from IPython.core.inputtransformer2 import TransformerManager
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute as NbGraderExecute
@@ -154,13 +155,11 @@ def restore(nb, source) -> list[str]:
         new.metadata["nbgrader"] = metadata(name)
         nb.cells.append(new)
     notes = [
-        (dropped, "cell(s) marked as nbgrader cells that the assignment does not have, or copies ({}): run as "
-         "ordinary cells"),
-        (changed, "cell(s) whose nbgrader metadata (points, read-only, graded) differ from the instructor's copy ({}): "
-         "restored"),
+        (dropped, "cell(s) marked as nbgrader cells the assignment lacks, or copies ({}): run as ordinary cells"),
+        (changed, "cell(s) whose nbgrader metadata differ from the instructor's copy ({}): restored"),
         (edited, "read-only or graded cell(s) edited ({}): the instructor's source runs instead"),
         (missing, "graded cell(s) missing from the submission ({}): appended at the end"),
-    ]  # fmt: skip
+    ]
     lines = [f"{len(names)} {text.format(', '.join(names))}" for names, text in notes if names]
     return lines + ([f"{recognised} cell(s) without nbgrader metadata recognised by their source"] * (recognised > 0))
 
@@ -196,10 +195,13 @@ SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "
 SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
 SUSPECT_ATTRIBUTES |= {"setattr", "delattr", "get_ipython", "globals", "locals", "breakpoint"}  # as another's method
 SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes", "open"}  # files
-LS = {"label_smoothing"}  # the keyword of PyTorch's own label smoothing (F.cross_entropy)
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
-SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings
+SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings, as other libraries' resolvers do:
+RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
+SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
+AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
@@ -208,6 +210,7 @@ IMPORTS = (ast.Import, ast.ImportFrom)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
+SHORT = 120  # tokens: a function this short (a line or two) is not compared; its right answers are the solution
 FLAG_CHARS = 100_000  # a cell longer than this is not parsed by the flags (and is flagged for that)
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
 LATE = f"code the flags did not read to the end (their {FLAG_SECONDS:g} s for a notebook ran out)"
@@ -217,7 +220,7 @@ def _past_magic(line: str) -> str:
     """A line of a cell as the flags read it: after a magic's name where the rest is Python (``%time import x``),
     blank for the rest of magic and shell lines."""
     code = line.lstrip()
-    if not code.startswith(("%", "!")):
+    if not code.startswith(("%", "!")) or len(code) > 2_000:  # a long one left as it is: the cell is unreadable
         return line
     for space in itertools.islice(re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""), 32):  # name, options
         with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError):
@@ -236,6 +239,13 @@ def _nodes(source: str, magics: bool = False) -> list:
         return list(ast.walk(ast.parse(textwrap.dedent(source))))
     except (SyntaxError, MemoryError, RecursionError, ValueError):  # not Python, or nested past the parser's limits
         return []
+
+
+def _named(text: str) -> bool:
+    """A string that names what the flags look for, or a piece of a dunder name ("__glo" + "bals__")."""
+    parts = text.split(".") if DOTTED.fullmatch(text) or text in SUSPECT_CALLS - {"open"} | AS_STRINGS else []
+    pieces = text.startswith("__") or text.endswith("__") or "aiayn.course" in text
+    return pieces or any(x in SUSPECT_CALLS | SUSPECT_MODULES or x.startswith("_") for x in parts)
 
 
 def _written_out(node) -> bool:
@@ -281,10 +291,10 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
                 found += [] if (n.attr, getattr(n.value, "id", "")) == ("compile", "re") else [f".{n.attr}"]
         elif (named := getattr(n, "attr", getattr(n, "id", getattr(n, "name", None)))) in PYTORCHS:
             found.append(f"PyTorch's own {named}")
-        elif isinstance(n, ast.keyword) and n.arg in LS:
+        elif isinstance(n, ast.keyword) and n.arg == "label_smoothing":  # PyTorch's own (F.cross_entropy)
             found.append(f"PyTorch's own {n.arg}")
-        elif isinstance(n, ast.Constant) and re.search(r"__\w+__|aiayn\.course", str(n.value)):
-            found.append(f"the name {n.value} as a string")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and _named(n.value):
+            found.append(f"the name {n.value[:40]} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
             found.append("a number written as a string")
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
@@ -299,20 +309,11 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root, chain = root.value, chain + [root]
             name, attribute = getattr(root, "id", None), any(isinstance(x, ast.Attribute) for x in chain)
-            if chain and (name in MODULES | set(modules) or attribute and name not in ("self", "cls")):  # not its own
+            if chain and (name in MODULES | set(modules) | {None} or attribute and name not in ("self", "cls")):
                 found.append(f"a change to {ast.unparse(target)}")
         if (getattr(n, "id", None) or getattr(n, "attr", None)) in book:
             found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
     return sorted(set(found))
-
-
-def _python(source: str) -> str:
-    """A cell as the Python that IPython runs for it: its magic and shell lines as the calls they stand for."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    with contextlib.suppress(Exception):  # what IPython cannot transform runs as it is, and fails there
-        return TransformerManager().transform_cell(source)
-    return source
 
 
 def _top(source: str) -> list:
@@ -353,7 +354,7 @@ def near_copies(source: str, references: dict[str, object], deadline: float = ma
         for name, b in refs.items():
             least = NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY
             match = difflib.SequenceMatcher(None, a, b, autojunk=False)
-            if min(len(a), len(b)) <= 30 or match.real_quick_ratio() < least or match.quick_ratio() < least:
+            if min(len(a), len(b)) <= SHORT or match.real_quick_ratio() < least or match.quick_ratio() < least:
                 continue  # too short, or too unlike in length or tokens to reach the share (bounds of ratio())
             if (share := match.ratio()) >= least:
                 found[name] = max(found.get(name, 0), share)
@@ -447,16 +448,20 @@ class SandboxKernelManager(AsyncKernelManager):
     def _watch_disk(self, process) -> None:
         """Twice a second while the kernel runs: past ``disk_mb`` MiB in its folder, or 10,000 files and folders, it
         is killed; so it is when its folder cannot be measured."""
-        while process.poll() is None:
-            try:  # find walks a folder nested at any depth (Python's recursion does not)
-                found = _listing(self.sandbox_dir)
-                size, entries = sum(entry[3] for entry in found), len(found)
-            except Exception:  # noqa: BLE001  (what cannot be measured is not let run)
-                size = entries = math.inf
-            if size > self.disk_mb << 20 or entries > 10_000:
-                self.disk_full = True
-                return process.kill()
+        while process.poll() is None and not self.over_disk():
             time.sleep(0.5)
+        process.kill()  # (nothing, once it has ended)
+
+    def over_disk(self) -> bool:
+        """Whether the kernel's folder holds more than ``disk_mb`` MiB or 10,000 files and folders, or cannot be
+        measured (then ``disk_full`` is set). The grader also asks after each cell: a write that ends between two
+        looks of the watch is charged to its own cell, not to the next."""
+        try:  # find walks a folder nested at any depth (Python's recursion does not)
+            found = _listing(self.sandbox_dir)
+            self.disk_full |= sum(entry[3] for entry in found) > self.disk_mb << 20 or len(found) > 10_000
+        except Exception:  # noqa: BLE001  (what cannot be measured is not let run)
+            self.disk_full = True
+        return self.disk_full
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
@@ -470,9 +475,8 @@ class SandboxKernelManager(AsyncKernelManager):
         if not work.exists():
             shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True)
         home.mkdir(exist_ok=True)
-        if os.geteuid() == 0:
-            for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")]:
-                os.chown(path, self.uid, self.uid, follow_symlinks=False)
+        for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")] if os.geteuid() == 0 else []:
+            os.chown(path, self.uid, self.uid, follow_symlinks=False)
         return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged(self.uid)] + cmd
 
     def _view(self, cwd: Path, work: Path, home: Path) -> list[str]:
@@ -547,12 +551,11 @@ class Execute(NbGraderExecute):
             except (StuckCell, DeadKernelError) as err:
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
-                why = str(err) if isinstance(err, StuckCell) else _ended(self._folders[-1:])
+                why = str(err) if isinstance(err, StuckCell) else _ended(self._folders[-1])
                 self._skipped[(self._cell, self._stmt)] = why
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
             finally:  # the kernels' folders (jupyter_client's cleanup_resources does not call an override)
-                for manager in self._folders:  # rm removes a folder nested at any depth
-                    subprocess.run(["rm", "-rf", "--", manager.sandbox_dir], **QUIET)
+                subprocess.run(["rm", "-rf", "--", *[m.sandbox_dir for m in self._folders]], **QUIET)  # at any depth
 
     def create_kernel_manager(self):
         self._folders.append(super().create_kernel_manager())
@@ -580,7 +583,8 @@ class Execute(NbGraderExecute):
         book_cells = {c.source.strip() for c in source.cells if not has_solution(c.source)}  # as released
         mine = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("locked")]
         mine = [c for c in mine if c.source.strip() not in book_cells]  # the book's own cells
-        trees = [n for c in mine for n in _nodes(c.source, magics=True)]
+        deadline = time.monotonic() + FLAG_SECONDS  # the flags' time: a cell can be made costly to read
+        trees = [n for c in mine if time.monotonic() < deadline for n in _nodes(c.source, magics=True)]
         modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
         self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
@@ -590,11 +594,9 @@ class Execute(NbGraderExecute):
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
                 named |= {(a.asname or a.name).split(".")[0] for a in n.names} if isinstance(n, IMPORTS) else set()
         named |= set(self._defined)
-        deadline = time.monotonic() + FLAG_SECONDS  # the flags' time: a cell can be made costly to read
         for cell in mine:
-            if len(cell.source) > FLAG_CHARS or time.monotonic() > deadline:
-                long = f"a cell of {len(cell.source):,} characters, longer than the flags read ({FLAG_CHARS:,})"
-                cell.metadata.setdefault("aiayn", {})["flags"] = [long if len(cell.source) > FLAG_CHARS else LATE]
+            if time.monotonic() > deadline:  # (a cell longer than FLAG_CHARS is code the flags cannot read)
+                cell.metadata.setdefault("aiayn", {})["flags"] = [LATE]
                 continue
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
             # what the cell defines or assigns at its top level, which the book's cells and test cells would then use
@@ -633,7 +635,9 @@ class Execute(NbGraderExecute):
 
     def _by_statement(self, cell, resources, index):
         """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
-        source = _python(cell.source)
+        source = cell.source  # as the Python that IPython runs for it: magic and shell lines as the calls they are
+        with contextlib.suppress(Exception):  # what IPython cannot transform runs as it is, and fails there
+            source = TransformerManager().transform_cell(source)
         module, spans = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
         for node in module[0].body if module else []:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
@@ -688,7 +692,7 @@ class Execute(NbGraderExecute):
         try:
             probe = self.execute_cell(probe, index, store_history=False)
         except DeadKernelError:
-            raise StuckCell(_ended([self.km])) from None
+            raise StuckCell(_ended(self.km)) from None
         finally:
             self._call_timeout = None
         try:
@@ -730,8 +734,8 @@ class Execute(NbGraderExecute):
         cell_limit = self.book_cell_output if book else self.cell_output
         if cell + size > cell_limit or total + size > self.notebook_output:
             if not self._out.get(("cut", cell_index)):
-                limit = "cell's" if cell + size > cell_limit else "notebook's"
-                chars = cell_limit if cell + size > cell_limit else self.notebook_output
+                over = cell + size > cell_limit
+                limit, chars = ("cell's", cell_limit) if over else ("notebook's", self.notebook_output)
                 self._out[("cut", cell_index)] = f"{limit} limit of {chars:,} characters"
                 text = f"\n[output cut: past the {self._out[('cut', cell_index)]}]\n"
                 outs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
@@ -743,7 +747,11 @@ class Execute(NbGraderExecute):
         """nbclient's, but a cell whose output never arrives (a message over the size limit, refused, breaks the
         connection it came by) fails with a note, and the cells after it get a new connection."""
         try:
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            if self.km.over_disk():  # this cell wrote past the limit: it is skipped, not the next
+                self.km.provisioner.process.kill()
+                raise DeadKernelError("the kernel wrote more to disk than its limit")
+            return cell
         except CellTimeoutError as err:
             if "IOPub" not in str(err):
                 raise
@@ -785,10 +793,9 @@ def _numbers(value) -> int:
     return count
 
 
-def _ended(managers) -> str:
-    if any(m.disk_full for m in managers):
-        return "ended its kernel: it wrote more to disk than its limit"
-    return "ended its kernel (out of memory, killed or exited)"
+def _ended(manager) -> str:
+    why = ": it wrote more to disk than its limit" if manager.disk_full else " (out of memory, killed or exited)"
+    return f"ended its kernel{why}"
 
 
 GRADER_ERRORS = {"CellTimeoutError", "CellStopped", "Failed", "NotebookTimeLimit", "OutputLost"}  # what report reads
@@ -885,10 +892,9 @@ def report(root: Path, assignment: str) -> list[str]:
     the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
 
     root = Path(root).resolve()
-    for need, why in [("gradebook.db", f"run `nbgrader autograde {assignment}` there first"),
-                      ("submitted", f"submissions go in submitted/<student>/{assignment}/")]:  # fmt: skip
-        if not (root / need).exists():
-            raise FileNotFoundError(f"no {need} in {root}: {why}")
+    if not (root / "gradebook.db").exists() or not (root / "submitted").is_dir():
+        why = f"run `nbgrader autograde {assignment}` there first, the submissions in submitted/<student>/{assignment}/"
+        raise FileNotFoundError(f"no gradebook.db or no submitted/ in {root}: {why}")
     lines = []
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         try:

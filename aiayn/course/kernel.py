@@ -155,16 +155,16 @@ def _codes(obj) -> list:
     return [obj.__code__] if isinstance(getattr(obj, "__code__", None), types.CodeType) else []
 
 
-def _compiled(source: str) -> list:
-    """Every code object of a piece of code, compiled ([] when it does not compile)."""
-    try:
-        todo, found = [compile(source, "<book>", "exec")], []
-    except SyntaxError:
-        return []
-    while todo:
-        found.append(todo.pop())
-        todo += [c for c in found[-1].co_consts if isinstance(c, types.CodeType)]
-    return found
+def _key(code) -> tuple:
+    """What a piece of compiled code does, apart from where it was written: its bytecode, names and constants, and
+    those of the code it holds (a student's helper of the chapter's name and shape has other names or constants)."""
+    consts = tuple(_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c)) for c in code.co_consts)
+    return code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts
+
+
+def _compiled(code) -> list:
+    """Every code object of compiled code: its own and those it holds, at any depth."""
+    return [code] + [c for held in code.co_consts if isinstance(held, types.CodeType) for c in _compiled(held)]
 
 
 class Watch:
@@ -187,8 +187,10 @@ class Watch:
                 mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
             mine = _codes(mine)
             if defined is not None:  # the chapter's definition only if its code is the book's cell's
-                book = {c.co_code for c in _compiled(defined.get(qualname.split(".")[0], ""))}
-                mine = [c for c in mine if c.co_code in book]
+                book = set()
+                with contextlib.suppress(SyntaxError):
+                    book = set(map(_key, _compiled(compile(defined.get(qualname.split(".")[0], ""), "<book>", "exec"))))
+                mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
             if not found:  # a C function: the aten operator it runs

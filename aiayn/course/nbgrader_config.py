@@ -36,10 +36,9 @@ BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from
 SANDBOX = True
 
 
-def cell_timeout(cell):
+def cell_timeout(cell):  # the book's own cells are read-only and neither graded nor a solution
     meta = cell.metadata.get("nbgrader", {})
-    book = meta.get("locked") and not meta.get("grade") and not meta.get("solution")
-    return BOOK_CELL if book else STUDENT_CELL
+    return BOOK_CELL if meta.get("locked") and not meta.get("grade") and not meta.get("solution") else STUDENT_CELL
 
 
 c.Execute.update(timeout_func=cell_timeout, interrupt_on_timeout=True, notebook_seconds=NOTEBOOK)
