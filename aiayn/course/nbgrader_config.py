@@ -24,7 +24,7 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 # Limits of each submission's kernel, and of what its output may cost the grader.
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
-DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second
+DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second, each cell
 CELL_OUTPUT = 100_000  # characters of output kept per cell; the rest is cut, with a note
 NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
 BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from the notebook's
