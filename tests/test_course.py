@@ -391,7 +391,8 @@ def test_static_flags_name_what_reaches_past_the_function():
         "    return torch.tensor([[[0.62, 0.3]]], dtype=torch.float32)\nw = getattr(layer, 'weight')"
     )
     assert grader.suspect(routes) == [
-        ".gi_frame", ".setprofile", ".sys", "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
+        ".get_field", ".gi_frame", ".setprofile", ".sys",
+        "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
         "the name 0.__code__ as a string", "the name sys as a string",
     ]  # fmt: skip
     routes = (  # a fifth trial's: the call watch patched by name, a thread or a fork by other modules, PyTorch's own
@@ -579,6 +580,19 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
     messages = failed("schedule", hidden)
     assert messages and all("replaced the grader's call watch" in m for m in messages.values())
 
+    def quiet(step, peak, warmup, total):  # an eighth trial's: sys's own functions replaced by stand-ins beforehand
+        return rate(step + 1, 512, warmup) * 0 + peak * min(1, step / warmup)
+
+    import sys
+
+    real, seen = (sys.setprofile, sys.getprofile), []
+    sys.setprofile, sys.getprofile = seen.append, (lambda: seen[-1] if seen else None)
+    try:
+        messages = failed("schedule", quiet)
+    finally:
+        sys.setprofile, sys.getprofile = real
+    assert messages and all("replaced the grader's call watch" in m for m in messages.values())
+
     def interrupts(step, peak, warmup, total):
         raise KeyboardInterrupt
 
@@ -592,6 +606,12 @@ def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
     folder.mkdir(parents=True)
     (folder / "schedule.ipynb").write_text("{}")
     assert grader.odd_files(folder) == []
+    for i in range(3):  # an eighth trial's: sparse files each under the limit, over it in all
+        with open(folder / f"part{i}.bin", "wb") as fh:
+            fh.truncate(grader.MAX_FILE // 2)
+    assert grader.odd_files(folder) == [f"its files hold over {grader.MAX_FILE >> 20} MiB in all"]
+    for i in range(3):
+        (folder / f"part{i}.bin").unlink()
     (folder / "notes.txt").symlink_to(tmp_path / "gradebook.db")
     os.link(folder / "schedule.ipynb", tmp_path / "elsewhere.ipynb")
     os.mkfifo(folder / "pipe")
@@ -940,6 +960,10 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "for i in range(200):  # long enough for the watch, which looks twice a second, to stop it here\n"
         "    with open(f'b{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
     ),
+    "zf_runs_a_file_without_percent": (  # an eighth trial's: `run h.py` is %run where IPython's automagic is on
+        "right",
+        "open('h.py', 'w').write('def warmup_cosine(step, peak, warmup, total):\\n    return 0.0\\n')\nrun -i h.py",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1072,6 +1096,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zc_profiles_the_book": ASSIGNMENTS["accumulation"].points,
         "zd_nests_deep_then_fills": total,
         "ze_fills_the_disk_at_once": total,
+        "zf_runs_a_file_without_percent": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped

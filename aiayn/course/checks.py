@@ -1116,7 +1116,7 @@ def _greedy(model, src, max_len, min_len=0):
     "my_greedy_decode(model, src, max_len, min_len=0) -> token ids, one row or list per sentence: from <s> "
     "(id 1), the most probable token other than <pad> (0) and <s>, never </s> (id 2) before min_len tokens, "
     "until </s> or max_len tokens",
-    ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search"],
+    ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search", "aiayn.training.greedy"],
     40,
 )
 def _greedy_checks():
@@ -1236,7 +1236,7 @@ def _clipped_checks():
     "The brevity penalty (§6.1)",
     "decoding",
     ["my_brevity_penalty"],
-    "my_brevity_penalty(c, r) -> 1 if c >= r, else exp(1 - r / c); 0 for c = 0",
+    "my_brevity_penalty(c, r) -> 1 if c >= r (so 1 when c = r = 0), else exp(1 - r / c); 0 for c = 0 < r",
     ["aiayn.bleu.brevity_penalty", "sacrebleu.metrics.bleu.BLEU"],
 )
 def _bp_checks():
@@ -1259,6 +1259,8 @@ BLEU_REFERENCES = [
     "sacrebleu.metrics.bleu.BLEU.corpus_score",
     "sacrebleu.metrics.bleu.BLEU.sentence_score",
     "sacrebleu.metrics.bleu.BLEU.compute_bleu",
+    "aiayn.bleu.ngrams",
+    "aiayn.bleu.brevity_penalty",
 ]
 
 

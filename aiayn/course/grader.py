@@ -83,7 +83,8 @@ def odd_files(folder: Path) -> list[str]:
             problems.append(f"{name} is over {MAX_FILE >> 20} MiB, the most a file of a submission may hold")
         elif name.count("/") >= 64:  # past what copying it into the kernel's folder walks
             return problems + [f"{name.split('/')[0]}/... is nested more than 64 folders deep"]
-    return problems
+    total = sum(size for kind, _, size, *_ in found if kind == "f")  # sparse files too: a copy writes them whole
+    return problems or [f"its files hold over {MAX_FILE >> 20} MiB in all"] * (total > MAX_FILE)
 
 
 def _listing(folder: Path) -> list[tuple[str, int, int, int, str]]:
@@ -199,6 +200,7 @@ PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attent
 SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings, as other libraries' resolvers do:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
+RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.__globals__", functools' setattr
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
@@ -244,7 +246,7 @@ def _nodes(source: str, magics: bool = False) -> list:
 def _named(text: str) -> bool:
     """A string that names what the flags look for, or a piece of a dunder name ("__glo" + "bals__")."""
     parts = text.split(".") if DOTTED.fullmatch(text) or text in SUSPECT_CALLS - {"open"} | AS_STRINGS else []
-    pieces = text.startswith("__") or text.endswith("__") or "aiayn.course" in text
+    pieces = text.startswith("__") or text.endswith("__") or re.search(r"__\w+__|aiayn\.course", text)
     return pieces or any(x in SUSPECT_CALLS | SUSPECT_MODULES or x.startswith("_") for x in parts)
 
 
@@ -276,10 +278,12 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
     found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
-    book -= {None}
+    book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in SUSPECT_CALLS or n.id.startswith("__")):
             found.append(n.id)
+        elif isinstance(n, ast.Name) and n.id == "getattr" and id(n) not in called:  # (fetch = getattr; fetch(x, name))
+            found.append("getattr handed on")
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
             name = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else None
             if not isinstance(name, str):
@@ -466,7 +470,9 @@ class SandboxKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         self.kernel_spec.interrupt_mode = "message"  # a signal to the sandbox would not reach the kernel inside it
         cmd = super().format_kernel_cmd(extra_arguments)
-        cmd += ["--IPKernelApp.extensions=aiayn.course.kernel"]  # its output capped (kernel.load_ipython_extension)
+        # its output capped (kernel.load_ipython_extension), and what it writes to its file descriptors 1 and 2 (which
+        # ipykernel echoes) kept from the grader's own terminal
+        cmd = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "kernel", *cmd, "--IPKernelApp.extensions=aiayn.course.kernel"]
         limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}", "--"]
         if not self.sandbox:
             return limits + cmd
@@ -909,7 +915,6 @@ def report(root: Path, assignment: str) -> list[str]:
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
                 if not graded.exists():
                     why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
-                    why = re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", "?", why)  # a file name holds any of them
                     lines.append(f"{student:{width}} {'-':>5} / {a.max_score:g}  not graded: {why}")
                     continue
                 try:
@@ -922,5 +927,12 @@ def report(root: Path, assignment: str) -> list[str]:
                 if score > a.max_score:
                     details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
                 lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
-                lines += [textwrap.fill(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18) for x in details]
-    return [re.sub(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", "?", line) for line in lines]  # no terminal escapes
+                lines += [
+                    y
+                    for x in details
+                    for y in textwrap.wrap(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
+                ]
+    # no terminal escapes, and no line break in a name (a student's folder, a file's): each line one of the report's
+    return [
+        re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", "?", x).encode(errors="backslashreplace").decode() for x in lines
+    ]

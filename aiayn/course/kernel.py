@@ -219,7 +219,11 @@ class Watch:
                 try:
                     value = f(*args, **kwargs)
                 finally:
-                    if sys.getprofile() is not profile or threading.getprofile() is not profile:  # not watched
+                    # not watched: a profiler of the student's in place, or sys's own functions replaced by stand-ins
+                    real = all(
+                        type(f) is type(sys.intern) and f.__self__ is sys for f in (sys.setprofile, sys.getprofile)
+                    )
+                    if not real or sys.getprofile() is not profile or threading.getprofile() is not profile:
                         self.hits.append(WATCH_OFF)
                     sys.setprofile(previous)
                     threading.setprofile(None)

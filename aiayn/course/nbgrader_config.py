@@ -45,6 +45,7 @@ c.Execute.update(timeout_func=cell_timeout, interrupt_on_timeout=True, notebook_
 c.Execute.update(cell_output=CELL_OUTPUT, notebook_output=NOTEBOOK_OUTPUT, book_cell_output=BOOK_CELL_OUTPUT)
 c.SandboxKernelManager.update(sandbox=SANDBOX, memory_mb=MEMORY_MB, processes=PROCESSES, disk_mb=DISK_MB)
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
+c.Execute.extra_arguments += ["--InteractiveShell.automagic=False"]  # `run f.py` is not %run (the flags read Python)
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
 warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader 0.9's gradebook session warns on every autograde
 
