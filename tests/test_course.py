@@ -599,6 +599,37 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
     assert "raised KeyboardInterrupt" in " ".join(failed("schedule", interrupts).values())
 
 
+def test_the_grading_machinery_stays_small():
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 900
+    lines of code (not counting blank lines, comments and docstrings) beside the checks."""
+    import ast
+    import io
+    import tokenize
+
+    folder, total = ROOT / "aiayn" / "course", 0
+    for name in ("grader.py", "kernel.py", "nbgrader_config.py", "__main__.py"):
+        source = (folder / name).read_text()
+        docs = {
+            line
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)
+            for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)
+        }
+        skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+        code = {
+            line
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type not in skip
+            for line in range(token.start[0], token.end[0] + 1)
+        }
+        total += len(code - docs)
+    assert 500 < total <= 900, f"{total} lines of grading code"
+
+
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
     from aiayn.course import grader
 

@@ -191,13 +191,11 @@ SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit",
 SUSPECT_MODULES |= {"imp", "zipimport", "pathlib", "tempfile", "io", "fileinput", "glob", "shelve", "dbm"}  # files
 SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mmap", "resource", "fcntl", "pty"}
 SUSPECT_MODULES |= {"cProfile", "profile", "_lsprof", "trace", "bdb", "pdb", "pytest", "_pytest"}  # hooks, patches
-SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile"}
+SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile", "pythonapi"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
-SUSPECT_ATTRIBUTES |= {"jit", "compile"}  # code run where the call watch cannot see it
-SUSPECT_ATTRIBUTES |= {"setattr", "delattr", "get_ipython", "globals", "locals", "breakpoint"}  # as another's method
-SUSPECT_ATTRIBUTES |= {"load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes", "open"}  # files
+SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
-SUSPECT_ATTRIBUTES |= {"exec", "pythonapi"} | SUSPECT_MODULES - {"code"}  # reached through another module
+SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings, as other libraries' resolvers do:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.__globals__", functools' setattr
@@ -255,11 +253,9 @@ def _written_out(node) -> bool:
     {(10, 0): [[5, 7, 4]]}``, ``table = {"1,100": 1e-05, ...}``): nothing computed, a number other than 0 and 1 in it,
     and if assigned, nested, a dict, or four such numbers or more."""
     inner = list(ast.walk(node.value))
-    holders = [
-        n for n in inner if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", 0)) in HOLD
-    ]
-    holders = {id(m) for n in holders for part in [n.func, *n.keywords] for m in ast.walk(part)} | set(map(id, holders))
-    inner = [n for n in inner if id(n) not in holders]
+    calls = [n for n in inner if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", 0)) in HOLD]
+    held = {id(m) for n in calls for part in [n.func, *n.keywords] for m in ast.walk(part)} | set(map(id, calls))
+    inner = [n for n in inner if id(n) not in held]
     nested = any(isinstance(n, (ast.List, ast.Tuple, ast.Dict, ast.Set)) for n in inner[1:])
     numbers = [n.value for n in inner if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
     computed = any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in inner)
@@ -491,14 +487,11 @@ class SandboxKernelManager(AsyncKernelManager):
         package = Path(kernel.__file__).resolve().parents[1]
         readable = [Path(sys.base_prefix), Path(sys.prefix), package, data.cache_dir(), data.pretrained_dir()]
         readable += [ROOT / "results", ROOT / "pretrained"]
-        readable = sorted({p.resolve() for p in readable if p.exists()}, key=lambda p: len(str(p)))
+        readable = sorted({p.resolve() for p in readable if p.exists()})  # a folder before what it holds
         mounts = readable + [self.sandbox_dir, cwd]
         parents = {a for p in mounts for a in p.parents if not any(a.is_relative_to(m) for m in mounts)}
-        box = []
-        for a in sorted(parents - {Path("/")}, key=lambda p: len(str(p))):
-            box += ["--perms", "0755", "--dir", str(a)]
-        for path in readable:
-            box += ["--ro-bind", str(path), str(path)]
+        box = [arg for a in sorted(parents - {Path("/")}) for arg in ("--perms", "0755", "--dir", str(a))]
+        box += [arg for path in readable for arg in ("--ro-bind", str(path), str(path))]
         course = package / "course"  # the grading package, but for the modules that answer calls and hold inputs
         box += ["--tmpfs", str(course)]
         for name in ("kernel.py", "inputs.py"):
@@ -691,12 +684,10 @@ class Execute(NbGraderExecute):
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         # a fresh copy of the module that answers, run from its file: not the one a submission may have patched
-        probe = nbformat.v4.new_code_cell(
-            f"__import__('runpy').run_path({kernel.__file__!r})['serve']({data!r}, globals())"
-        )
+        serve = f"__import__('runpy').run_path({kernel.__file__!r})['serve']({data!r}, globals())"
         self._call_timeout = request["seconds"] + self.interrupt_grace
         try:
-            probe = self.execute_cell(probe, index, store_history=False)
+            probe = self.execute_cell(nbformat.v4.new_code_cell(serve), index, store_history=False)
         except DeadKernelError:
             raise StuckCell(_ended(self.km)) from None
         finally:
@@ -738,13 +729,11 @@ class Execute(NbGraderExecute):
         book = meta.get("locked") and not meta.get("grade")  # the book's own cell: its figures, within their limit
         cell, total = self._out.get(cell_index, 0), self._out.get("total", 0) * (not book)
         cell_limit = self.book_cell_output if book else self.cell_output
-        if cell + size > cell_limit or total + size > self.notebook_output:
-            if not self._out.get(("cut", cell_index)):
-                over = cell + size > cell_limit
-                limit, chars = ("cell's", cell_limit) if over else ("notebook's", self.notebook_output)
-                self._out[("cut", cell_index)] = f"{limit} limit of {chars:,} characters"
-                text = f"\n[output cut: past the {self._out[('cut', cell_index)]}]\n"
-                outs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
+        limits = [("cell's", cell_limit, cell), ("notebook's", self.notebook_output, total)]
+        if over := [(name, chars) for name, chars, used in limits if used + size > chars]:
+            if ("cut", cell_index) not in self._out:
+                self._out[("cut", cell_index)] = cut = f"{over[0][0]} limit of {over[0][1]:,} characters"
+                outs.append(nbformat.v4.new_output("stream", name="stdout", text=f"\n[output cut: past the {cut}]\n"))
             return None
         self._out[cell_index], self._out["total"] = cell + size, self._out.get("total", 0) + size * (not book)
         return super().output(outs, msg, display_id, cell_index)
@@ -829,6 +818,10 @@ def _no_partial_credit(cell) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # After nbgrader autograde: a line per submission
 # ----------------------------------------------------------------------------------------------------------
+
+
+INDENT = {"initial_indent": " " * 16, "subsequent_indent": " " * 18}  # a submission's lines under its points
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a report line shows as "?"
 
 
 def _error(cell) -> str:
@@ -927,12 +920,6 @@ def report(root: Path, assignment: str) -> list[str]:
                 if score > a.max_score:
                     details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
                 lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
-                lines += [
-                    y
-                    for x in details
-                    for y in textwrap.wrap(x, 79, initial_indent=" " * 16, subsequent_indent=" " * 18)
-                ]
+                lines += [y for x in details for y in textwrap.wrap(x, 79, **INDENT)]
     # no terminal escapes, and no line break in a name (a student's folder, a file's): each line one of the report's
-    return [
-        re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", "?", x).encode(errors="backslashreplace").decode() for x in lines
-    ]
+    return [CONTROL.sub("?", x).encode(errors="backslashreplace").decode() for x in lines]
