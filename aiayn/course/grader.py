@@ -767,7 +767,6 @@ class Execute(NbGraderExecute):
         try:
             await ensure_async(self.kc.shell_channel.get_msg(timeout=self.interrupt_grace))
         except Empty:
-            self.shutdown_kernel = "immediate"
             raise StuckCell(
                 f"was stopped: it ran past its time limit ({timeout:g} s) and did not stop when interrupted "
                 f"within {self.interrupt_grace:g} s (a long call into C code, or code that ignores interrupts)"

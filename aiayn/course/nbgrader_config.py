@@ -44,6 +44,7 @@ def cell_timeout(cell):  # the book's own cells are read-only and neither graded
 c.Execute.update(timeout_func=cell_timeout, interrupt_on_timeout=True, notebook_seconds=NOTEBOOK)
 c.Execute.update(cell_output=CELL_OUTPUT, notebook_output=NOTEBOOK_OUTPUT, book_cell_output=BOOK_CELL_OUTPUT)
 c.SandboxKernelManager.update(sandbox=SANDBOX, memory_mb=MEMORY_MB, processes=PROCESSES, disk_mb=DISK_MB)
+c.Execute.shutdown_kernel = "immediate"  # killed when done, not asked to stop and awaited: its folder goes with it
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
 c.Execute.extra_arguments += ["--InteractiveShell.automagic=False"]  # `run f.py` is not %run (the flags read Python)
 os.environ["AIAYN_CHECK_SECONDS"] = str(CHECK_CALL)
