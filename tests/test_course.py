@@ -227,6 +227,16 @@ def test_calling_or_copying_the_reference_does_not_pass():
         return attention(q, k, v)[0]
 
     assert points("attention", via_book) == 0
+    from aiayn.browser import _attend
+
+    class Layer:  # a ninth trial's: the exported graphs' copy of Equation (1), with projections that do nothing
+        W_Q = W_O = staticmethod(lambda x: x)
+        split_heads = staticmethod(lambda x: x)
+
+    def via_browser(q, k, v, key_lengths=None, causal=False):
+        return _attend(Layer, q, k, v)[0].unflatten(-1, (q.size(1), -1)).transpose(1, 2)
+
+    assert "calls aiayn.browser._attend" in failed("attention", via_browser)["no_mask"]
     V_minus = {}
 
     def via_loss(logits, target, eps_ls, pad_id):  # the book's loss with eps rescaled: the same target
@@ -367,7 +377,7 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(routes, {"K"}, {"greedy_decode"}) == [
         ".exec", ".sys", "__builtins__", "a change to kmod.Watch", "a shell command",
-        "an answer written out (return 0.25)", "an answer written out (return [[6], [6]])",
+        "an answer written out (return 0.25)", "an answer written out (return [[6], [6]])", "get_ipython",
         "import aiayn.course.kernel", "the book's greedy_decode", "the magic %pip",
         "the name aiayn.course.kernel as a string",
     ]  # fmt: skip
@@ -439,17 +449,37 @@ def test_static_flags_name_what_reaches_past_the_function():
     assert grader.near_copies(honest, refs) == []
 
 
+def test_the_flags_read_code_in_strings_and_as_ipython_reads_it():
+    """A ninth trial's: the book's code in a string that timeit runs, a "%" line inside brackets (Python's modulo to
+    IPython, which runs it), answers packed in bytes, and PyTorch's own learning-rate schedulers are named; honest
+    strings and the safe magics are not."""
+    from aiayn.course import grader
+
+    timeit = "import timeit\ntimeit.timeit('sys.setprofile(None); rate(1, 512, 4000)', number=1)"
+    found = set(grader.suspect(timeit, book={"rate"}))
+    assert {".setprofile (in a string of code)", "the book's rate (in a string of code)"} <= found
+    assert "a change to torch.save (in a string of code)" in grader.suspect("exec2('torch.save = print')")
+    modulo = "v = (1\n%__import__('sys').setprofile(None)\n)"
+    assert {"__import__", ".setprofile"} <= set(grader.suspect(modulo))
+    packed = "import struct\ntable = struct.unpack('<d', b'\\x00\\x00\\x00\\x00\\x00\\x00\\xf0?')"
+    assert {"data written as bytes", "import struct"} <= set(grader.suspect(packed))
+    cosine = "from torch.optim.lr_scheduler import CosineAnnealingLR"
+    assert "PyTorch's own CosineAnnealingLR" in grader.suspect(cosine)
+    honest = "%%time\nx = 'a = b'\nprint(f'loss = {len(x):.3f}')\n%time y = max(1, 2)\n%matplotlib inline"
+    assert grader.suspect(honest) == []
+    assert grader.suspect("%%capture out\nimport sys") == ["import sys"]  # a safe magic's code, read once
+
+
 def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     """A sixth trial's: code made costly for the flags to read (a magic line of thousands of terms, one nested past
     the parser's limits, a function of hundreds of statements) is read within bounds or not at all, never raising."""
     from aiayn.course import grader
 
-    assert grader._past_magic("%time x = [" + "1, " * 500 + "1]").startswith("x = [1, 1, ")
-    assert grader._past_magic("%time " + "(" * 300 + ")" * 300) == ""  # nested past the parser's limit: not read
-    assert grader._past_magic("%timeit -n 1 -r 1 -p 3 -t -c -q -o import sys") == "import sys"  # every option
-    assert [type(n) for n in grader._nodes("%time " + "a " * 900, magics=True)] == [grader.ast.Module]  # blank
-    long_magic = "%time " + "a " * 3000  # past the length a magic line is read to: the cell is not Python to them
-    assert grader._past_magic(long_magic) == long_magic and grader._nodes(long_magic, magics=True) == []
+    assert len(grader._nodes("%time x = [" + "1, " * 500 + "1]", magics=True)) > 500  # a long magic's code is read
+    assert grader._nodes("%time " + "(" * 300 + ")" * 300, magics=True) == []  # nested past the parser's limit
+    timeit = grader._nodes("%timeit -n 1 -r 1 -p 3 -t -c -q -o import sys", magics=True)  # options as IPython reads
+    assert any(isinstance(n, grader.ast.Import) for n in timeit)
+    assert grader._nodes("%time " + "a " * 3000, magics=True) == []  # a safe magic's code that is not Python
     assert grader._nodes("x = " + "(" * 500 + ")" * 500) == []  # nested past the parser's limit: not read
     assert grader._nodes("x = 1\n" * (grader.FLAG_CHARS // 6 + 1)) == []  # longer than the flags read
     long = "def f(x):\n" + "".join(f"    x = x + {i}\n" for i in range(600)) + "    return x"
@@ -469,7 +499,8 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     execute._checks = {}
     execute._flag(nb, {}, ASSIGNMENTS)
     assert time.monotonic() - start < 2.0 + 3.0  # the flags' time, and one cell past it at most
-    assert grader.LATE in nb.cells[-1].metadata["aiayn"]["flags"]
+    unread = {grader.LATE, "code the flags cannot read"}  # (IPython would read each cell again for each magic line)
+    assert all(unread & set(c.metadata["aiayn"]["flags"]) for c in nb.cells)
 
 
 def test_a_folder_nested_thousands_deep_is_measured_and_refused(tmp_path, monkeypatch):
@@ -519,6 +550,16 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
     assert failed("positional", recording) == {}
     monkeypatch.setattr(CHECKS, "SEED", 2)
     assert len(failed("positional", lambda n, d: table[n, d])) >= 4
+    seen = {}  # a ninth trial's: every value the schedule's checks asked for under one seed
+
+    def schedule(step, peak, warmup, total):
+        seen[step, peak, warmup, total] = CHECKS._warmup_cosine(step, peak, warmup, total)
+        return seen[step, peak, warmup, total]
+
+    monkeypatch.setattr(CHECKS, "SEED", 1)
+    assert failed("schedule", schedule) == {}
+    monkeypatch.setattr(CHECKS, "SEED", 2)
+    assert set(failed("schedule", lambda *key: seen.get(key, 0.0))) >= {"warmup", "peak", "decay", "grid"}
 
     def spaces(hyps, refs):  # add-one BLEU on words split at spaces
         return CHECKS._add_one_bleu(hyps, refs, str.split)
@@ -861,6 +902,19 @@ needs_sandbox = pytest.mark.skipif(
     bool(__import__("aiayn.course.grader", fromlist=["x"]).sandbox_problem()),
     reason="grading needs bubblewrap (apt-get install bubblewrap)",
 )
+
+
+@needs_sandbox
+def test_a_kernel_can_make_no_user_namespace_of_its_own():
+    """A ninth trial's: the kernel's user (the grader being root) made a user namespace of its own and mounted a file
+    system in memory there, past its disk limit. In the sandbox it can make none."""
+    from aiayn.course import grader
+
+    inside = ["bwrap", *grader._base(), "--", *grader._unprivileged(grader.FIRST_UID + 1)]
+    run = subprocess.run([*inside, "unshare", "-r", "true"], capture_output=True, text=True)
+    assert run.returncode != 0 and "unshare failed" in run.stderr
+    assert subprocess.run([*inside, "id", "-u"], capture_output=True, text=True).stdout.strip() != "0"
+
 
 OWN_COSINE = """def warmup_cosine(step, peak, warmup, total):
     if step < warmup:

@@ -253,6 +253,7 @@ def _equal(got, want, what: str) -> None:
 ATTENTION_REFERENCES = [
     "aiayn.attention.attention",
     "aiayn.attention.attend",
+    "aiayn.browser._attend",  # the exported graphs' copy of Equation (1)
     "torch.nn.functional.scaled_dot_product_attention",
     "aiayn.multi_head.MultiHeadAttention.forward",
     "torch.nn.MultiheadAttention.forward",
@@ -713,52 +714,51 @@ def _warmup_cosine(step, peak, warmup, total):
     20,
 )
 def _schedule_checks():
-    def r(call, f, step, peak=1e-3, warmup=100, total=1000):
-        return float(call(f, step, peak, warmup, total))
+    def drawn(k=0):
+        """Peak, warmup and total drawn afresh by each grading (``SEED``): no table of answers covers them. The
+        warmup is even and the decay a multiple of 4, so that its half and three quarters fall on whole steps."""
+        rng = random.Random(f"schedule {SEED} {k}")
+        warmup = 2 * rng.randint(20, 400)
+        return {"peak": rng.choice([5e-4, 7e-4, 1e-3, 2e-3]) * rng.uniform(0.5, 2), "warmup": warmup,
+                "total": warmup + 4 * rng.randint(100, 2000)}  # fmt: skip
 
-    def value(call, f, step, what, **kw):
-        want = _warmup_cosine(step, kw.get("peak", 1e-3), kw.get("warmup", 100), kw.get("total", 1000))
-        got = r(call, f, step, **kw)
+    def value(call, f, step, what, peak, warmup, total):
+        want, got = _warmup_cosine(step, peak, warmup, total), float(call(f, step, peak, warmup, total))
         if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
             cause = ""
             for shift in (-1, 1):
                 if step + shift >= 1 and math.isclose(
-                    got,
-                    _warmup_cosine(step + shift, kw.get("peak", 1e-3), kw.get("warmup", 100), kw.get("total", 1000)),
-                    rel_tol=1e-6,
-                    abs_tol=1e-12,
+                    got, _warmup_cosine(step + shift, peak, warmup, total), rel_tol=1e-6, abs_tol=1e-12
                 ):
                     cause = f": that is the value of step {step + shift}, one step off (steps count updates from 1)"
-            raise Failed(f"{what}, step {step}: {_relative(got, want)}{cause}")
+            setting = f" (peak {peak:.3g}, warmup {warmup}, total {total})"
+            raise Failed(f"{what}, step {step}{setting}: {_relative(got, want)}{cause}")
 
     def warmup(f, call):
-        value(call, f, 1, "warmup starts at peak / warmup")
-        value(call, f, 50, "half-way through the warmup, half the peak")
+        s = drawn()
+        value(call, f, 1, "warmup starts at peak / warmup", **s)
+        value(call, f, s["warmup"] // 2, "half-way through the warmup, half the peak", **s)
 
     def peak(f, call):
-        value(call, f, 100, "the peak at step = warmup")
-        value(call, f, 400, "the peak at step = warmup", peak=0.5, warmup=400, total=800)
+        value(call, f, drawn()["warmup"], "the peak at step = warmup", **drawn())
+        value(call, f, drawn(1)["warmup"], "the peak at step = warmup", **drawn(1))
 
     def decay(f, call):
-        value(call, f, 550, "half-way through the decay, half the peak")
-        value(call, f, 775, "a quarter of the decay left")
+        s = drawn()
+        value(call, f, (s["warmup"] + s["total"]) // 2, "half-way through the decay, half the peak", **s)
+        value(call, f, (s["warmup"] + 3 * s["total"]) // 4, "a quarter of the decay left", **s)
 
     def end(f, call):
-        for step in (1000, 1001, 5000):
-            value(call, f, step, "0 from step = total on")
+        s = drawn()
+        for step in (s["total"], s["total"] + 1, 5 * s["total"]):
+            value(call, f, step, "0 from step = total on", **s)
 
     def grid(f, call):
-        for peak_, warmup_, total in [(1e-3, 100, 1000), (7e-4, 4000, 100000), (2.0, 1, 10)]:
-            for step in (1, 2, warmup_ // 2 + 1, warmup_, warmup_ + 1, (warmup_ + total) // 3, total - 1, total):
-                value(
-                    call,
-                    f,
-                    step,
-                    f"peak {peak_}, warmup {warmup_}, total {total}",
-                    peak=peak_,
-                    warmup=warmup_,
-                    total=total,
-                )
+        settings = [dict(zip(("peak", "warmup", "total"), x)) for x in [(1e-3, 100, 1000), (7e-4, 4000, 100000)]]
+        for s in settings + [{"peak": 2.0, "warmup": 1, "total": 10}, drawn(2)]:
+            w, t = s["warmup"], s["total"]
+            for step in (1, 2, w // 2 + 1, w, w + 1, (w + t) // 3, t - 1, t):
+                value(call, f, step, "on a grid of steps and settings", **s)
 
     return [
         ("warmup", "linear warmup from peak / warmup", 2, warmup),
@@ -1116,7 +1116,12 @@ def _greedy(model, src, max_len, min_len=0):
     "my_greedy_decode(model, src, max_len, min_len=0) -> token ids, one row or list per sentence: from <s> "
     "(id 1), the most probable token other than <pad> (0) and <s>, never </s> (id 2) before min_len tokens, "
     "until </s> or max_len tokens",
-    ["aiayn.decoding.greedy_decode", "aiayn.decoding.beam_search", "aiayn.training.greedy"],
+    [
+        "aiayn.decoding.greedy_decode",
+        "aiayn.decoding.beam_search",
+        "aiayn.training.greedy",
+        "aiayn.browser.beam_search",
+    ],
     40,
 )
 def _greedy_checks():

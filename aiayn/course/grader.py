@@ -21,7 +21,6 @@ import contextlib
 import copy
 import difflib
 import io
-import itertools
 import json
 import math
 import os
@@ -44,6 +43,7 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from IPython.core.inputtransformer2 import TransformerManager
+from IPython.core.magics import ExecutionMagics
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute as NbGraderExecute
@@ -56,6 +56,8 @@ QUIET = {"capture_output": True, "timeout": 60}  # a tool the grader runs: its o
 FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
 RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
+LOST = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over {RECEIVE_QUEUE} at once"
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc")  # what every sandbox sees, read-only
 MAX_FILE = 64 << 20  # bytes: a submission holding a larger file is not graded (as large as a kernel may write one)
 
 # ----------------------------------------------------------------------------------------------------------
@@ -195,6 +197,7 @@ SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame",
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
+PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings, as other libraries' resolvers do:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
@@ -202,6 +205,11 @@ RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
+SUSPECT_MODULES |= {"struct", "array", "base64", "binascii", "codecs", "zlib", "lzma", "bz2", "gzip"}  # data decoded
+SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64decode", "decompress"}  # from bytes
+OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
+TIMEIT = {"posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads its own
+MAGIC = re.compile(r"^[ \t]*(%%?\w+|!)", flags=re.M)  # a line IPython may run as a magic or a shell command
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
@@ -216,29 +224,28 @@ FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not 
 LATE = f"code the flags did not read to the end (their {FLAG_SECONDS:g} s for a notebook ran out)"
 
 
-def _past_magic(line: str) -> str:
-    """A line of a cell as the flags read it: after a magic's name where the rest is Python (``%time import x``),
-    blank for the rest of magic and shell lines."""
-    code = line.lstrip()
-    if not code.startswith(("%", "!")) or len(code) > 2_000:  # a long one left as it is: the cell is unreadable
-        return line
-    for space in itertools.islice(re.finditer(r"\s+(?=\S)", code if code[0] == "%" else ""), 32):  # name, options
-        with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError):
-            ast.parse(rest := code[space.end() :])
-            return line[: len(line) - len(code)] + rest
-    return ""
-
-
 def _nodes(source: str, magics: bool = False) -> list:
-    """Every node of a piece of code's syntax tree ([] when it is not Python), with ``magics`` read past IPython's
-    magic and shell lines (``_past_magic``)."""
-    if len(source) > FLAG_CHARS:
+    """Every node of a piece of code's syntax tree ([] when it is not Python); with ``magics``, of the code as IPython
+    runs it (a "%" line inside brackets is Python's modulo), and of the code its safe magics run (``%time``,
+    ``%%capture``, ...) but not IPython's own calls of them ([] when a safe magic's code is not Python, or when its
+    magic lines times its length pass twice ``FLAG_CHARS``: IPython reads the whole cell again for each)."""
+    if len(source) > FLAG_CHARS or magics and len(MAGIC.findall(source)) * len(source) > 2 * FLAG_CHARS:
         return []
-    source = "\n".join(map(_past_magic, source.split("\n"))) if magics else source
+    read, ours = (TransformerManager().transform_cell if magics else textwrap.dedent), "get_ipython" not in source
     try:
-        return list(ast.walk(ast.parse(textwrap.dedent(source))))
-    except (SyntaxError, MemoryError, RecursionError, ValueError):  # not Python, or nested past the parser's limits
+        tree, inner = ast.parse(read(source)), []
+        runs = [n for n in ast.walk(tree) if str(getattr(getattr(n, "func", None), "attr", "")).endswith("_magic")]
+        for call in runs if ours else []:
+            name, *code = [str(getattr(a, "value", "")) for a in call.args]  # (IPython's calls have constants)
+            call.func, call.args = ast.Name("magic"), []  # IPython's call, not the student's: its code is read here
+            if {f"%{name}", f"%%{name}"} & SAFE_MAGICS:  # timeit's options read as IPython reads them
+                code[0] = OPTIONS.parse_options(code[0], "n:r:tcp:qo", **TIMEIT)[1] if name == "timeit" else code[0]
+                if not all(more := [_nodes(part, magics=True) for part in code]):
+                    return []
+                inner += [n for part in more for n in part]
+    except Exception:  # noqa: BLE001  (not Python, nested past the parser's limits, or a magic's options wrong)
         return []
+    return list(ast.walk(tree)) + inner
 
 
 def _named(text: str) -> bool:
@@ -271,7 +278,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
     that the function reads)."""
     found, nodes = [], _nodes(source, magics=True)
-    magics = set(re.findall(r"^[ \t]*(%%?\w+|!)", source, flags=re.M)) - SAFE_MAGICS
+    magics = set(MAGIC.findall(source)) - SAFE_MAGICS
     found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
@@ -297,6 +304,12 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             found.append(f"the name {n.value[:40]} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
             found.append("a number written as a string")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, bytes) and len(n.value) > 2:
+            found.append("data written as bytes")
+        elif (
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"[(=]", n.value) and _nodes(n.value)
+        ):
+            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book)]  # for timeit, exec, ...
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
@@ -313,7 +326,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
                 found.append(f"a change to {ast.unparse(target)}")
         if (getattr(n, "id", None) or getattr(n, "attr", None)) in book:
             found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
-    return sorted(set(found))
+    return sorted({x for x in found if x.removesuffix(" (in a string of code)") not in set(found) - {x}})
 
 
 def _top(source: str) -> list:
@@ -396,8 +409,11 @@ def sandbox_problem() -> str:
 
 def _unprivileged(uid: int) -> list[str]:
     """Inside the sandbox, before the kernel starts: a grader that is root becomes ``uid``, a user with no account,
-    no capabilities left and none to gain (bubblewrap sets no_new_privs)."""
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
+    no capabilities left and none to gain (bubblewrap sets no_new_privs), in a user namespace that can hold no other
+    (there, it could mount a file system in memory past its disk limit)."""
+    own = ["bwrap", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
+    own += ["--dev-bind", "/", "/", "--"]  # the same view of the files
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *own] if os.geteuid() == 0 else []
 
 
 def _base() -> list[str]:
@@ -409,9 +425,7 @@ def _base() -> list[str]:
     else:
         box += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
     box += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(256 << 20), "--tmpfs", "/tmp"]
-    for folder in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
-        box += ["--ro-bind", folder, folder] if os.path.exists(folder) else []
-    return box
+    return box + [a for f in SYSTEM for a in ("--ro-bind-try", f, f)]
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -474,8 +488,7 @@ class SandboxKernelManager(AsyncKernelManager):
             return limits + cmd
         cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
         work, home = self.sandbox_dir / "work", self.sandbox_dir / "home"
-        if not work.exists():
-            shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True)
+        shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True, dirs_exist_ok=True)
         home.mkdir(exist_ok=True)
         for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")] if os.geteuid() == 0 else []:
             os.chown(path, self.uid, self.uid, follow_symlinks=False)
@@ -494,16 +507,14 @@ class SandboxKernelManager(AsyncKernelManager):
         box += [arg for path in readable for arg in ("--ro-bind", str(path), str(path))]
         course = package / "course"  # the grading package, but for the modules that answer calls and hold inputs
         box += ["--tmpfs", str(course)]
-        for name in ("kernel.py", "inputs.py"):
-            box += ["--ro-bind", str(Path(kernel.__file__).with_name(name)), str(course / name)]
+        box += [a for p in (course / "kernel.py", course / "inputs.py") for a in ("--ro-bind", str(p), str(p))]
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
         box += ["--clearenv"]  # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        env |= {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": "/tmp", "USER": "student"}
-        env |= {"LOGNAME": "student", "AIAYN_DATA": data.cache_dir().resolve(), "PYTHONSAFEPATH": 1}  # no module of its
-        # own folder stands in for the book's package, or for the module that answers calls
-        env["AIAYN_PRETRAINED"] = data.pretrained_dir().resolve()
+        env |= {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "USER": "student", "LOGNAME": "student"}
+        env |= {"TMPDIR": "/tmp", "PYTHONSAFEPATH": 1}  # no module of its own folder stands in for the book's ones
+        env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
         box += [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
 
@@ -534,8 +545,8 @@ class Execute(NbGraderExecute):
     book_cell_output = Integer(2_000_000, help="the same per book cell, apart from the notebook's").tag(config=True)
 
     kernel_manager_class = SandboxKernelManager
-    raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
     _call_timeout = None
+    raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
 
     def preprocess(self, nb, resources=None, km=None):
         from aiayn.course.checks import ASSIGNMENTS
@@ -550,7 +561,7 @@ class Execute(NbGraderExecute):
             except (StuckCell, DeadKernelError) as err:
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
                     raise
-                why = str(err) if isinstance(err, StuckCell) else _ended(self._folders[-1])
+                why = _ended(self._folders[-1]) if isinstance(err, DeadKernelError) else str(err)
                 self._skipped[(self._cell, self._stmt)] = why
                 self.log.warning("cell %d %s; grading again without it", self._cell, why)
             finally:  # the kernels' folders (jupyter_client's cleanup_resources does not call an override)
@@ -588,7 +599,7 @@ class Execute(NbGraderExecute):
         book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
         self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
-            text = "\n".join(map(_past_magic, c.source.split("\n")))
+            text = TransformerManager().transform_cell(c.source)  # as the kernel runs it
             for n in _top(text):
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
                 named |= {(a.asname or a.name).split(".")[0] for a in n.names} if isinstance(n, IMPORTS) else set()
@@ -625,8 +636,9 @@ class Execute(NbGraderExecute):
             resources = self._by_statement(cell, resources, index)
         else:
             cell, resources = super().preprocess_cell(cell, resources, index)
-        if meta.get("grade"):
-            _no_partial_credit(cell)
+        for i, out in enumerate(cell.outputs if meta.get("grade") else []):  # a graded cell's values, never its points
+            if out.output_type == "execute_result":  # (nbgrader reads the first as partial credit, or as full marks)
+                cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.metadata)
         if cut := self._out.get(("cut", index)):  # for the report, which never reads the text a cell printed
             cell.metadata.setdefault("aiayn", {})["cut"] = cut
         self.nb.cells[index] = cell  # the cell as graded (nbclient leaves the last code it ran for this index here)
@@ -754,9 +766,7 @@ class Execute(NbGraderExecute):
             self.kc._iopub_channel = None
             self.kc.iopub_channel  # noqa: B018 (a new connection, whose subscription reaches the kernel meanwhile)
             await asyncio.sleep(0.5)
-            why = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over "
-            why += f"{RECEIVE_QUEUE} at once"
-            cell.outputs.append(_error_output("OutputLost", why))
+            cell.outputs.append(_error_output("OutputLost", LOST))
             return cell
 
     execute_cell = run_sync(async_execute_cell)
@@ -804,14 +814,6 @@ def _renamed(content: dict) -> None:
 
 def _error_output(ename: str, message: str) -> dict:
     return nbformat.v4.new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
-
-
-def _no_partial_credit(cell) -> None:
-    """A graded cell's displayed values are shown, never read as points (nbgrader reads a cell's first result as
-    partial credit, and any result that is not a number as full marks)."""
-    for i, out in enumerate(cell.outputs):
-        if out.output_type == "execute_result":
-            cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.get("metadata", {}))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -909,10 +911,9 @@ def report(root: Path, assignment: str) -> list[str]:
                     why = _not_graded(root / "submitted" / student / assignment / f"{name}.ipynb")
                     lines.append(f"{student:{width}} {'-':>5} / {a.max_score:g}  not graded: {why}")
                     continue
-                try:
+                score = 0.0
+                with contextlib.suppress(MissingEntry):
                     score = gb.find_submission_notebook(name, assignment, student).score
-                except MissingEntry:
-                    score = 0.0
                 details = _cell_lines(nbformat.read(graded, as_version=4))
                 if extra := _beside(root, student, assignment):  # code or data that no flag reads
                     details.append(f"FLAG files beside the notebook ({', '.join(extra[:5])}): read them")

@@ -22,10 +22,13 @@ import threading
 import time
 import types
 
+import torch
+
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 2_000_000  # characters a kernel may print under the grader (it keeps 1,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
+BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
 WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
 
 
@@ -35,8 +38,6 @@ class _Timeout(BaseException): ...  # not an Exception: a student's `except Exce
 def serve(request: str, namespace: dict) -> None:
     """Under the grader: one call of the student's function, from a request the grader sent, answered as data in the
     file the request names (not as output, which a submission can flood)."""
-    import torch
-
     req = torch.load(io.BytesIO(base64.b64decode(request)), weights_only=False)  # the grader's own inputs
     torch.save(run(req, namespace), req["answer"])
 
@@ -64,8 +65,6 @@ def load_ipython_extension(shell) -> None:
 
 def run(req: dict, namespace: dict) -> dict:
     """Call the student's function named in ``req`` (found in ``namespace``) with its inputs: the answer as data."""
-    import torch
-
     answer = dict(NO_ANSWER, calls=[])
     f = next((namespace[n] for n in req["names"] if callable(namespace.get(n))), None)
     if f is None:
@@ -74,7 +73,7 @@ def run(req: dict, namespace: dict) -> dict:
     if req.get("grad") is not None:
         args[req["grad"]].requires_grad_(True)
     if any(isinstance(a, torch.optim.Optimizer) for a in args):
-        import torch._dynamo  # noqa: F401  (an optimizer's first step imports it: not the student's time)
+        importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
     watch = Watch(req["references"], namespace, req.get("defined"))
     start = time.perf_counter()
     try:
@@ -100,8 +99,6 @@ def run(req: dict, namespace: dict) -> dict:
 def to_data(x, depth: int = 0):
     """What a result may be, as plain data: tensors (not subclasses), numbers, strings, None, and lists, tuples and
     dicts of them. The checks' recording inputs (``inputs``) give their observations."""
-    import torch
-
     if depth > 20:
         raise TypeError("your function returned data nested more than 20 levels deep")
     if hasattr(type(x), "__data__") and type(x).__module__ == "aiayn.course.inputs":
@@ -220,9 +217,7 @@ class Watch:
                     value = f(*args, **kwargs)
                 finally:
                     # not watched: a profiler of the student's in place, or sys's own functions replaced by stand-ins
-                    real = all(
-                        type(f) is type(sys.intern) and f.__self__ is sys for f in (sys.setprofile, sys.getprofile)
-                    )
+                    real = all(type(g) is BUILTIN and g.__self__ is sys for g in (sys.setprofile, sys.getprofile))
                     if not real or sys.getprofile() is not profile or threading.getprofile() is not profile:
                         self.hits.append(WATCH_OFF)
                     sys.setprofile(previous)
@@ -243,7 +238,6 @@ def _alarm(signum, frame):
 @contextlib.contextmanager
 def _operators():
     """A profiler of torch's operators in every thread (its log lines, written to the process's stderr, dropped)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
