@@ -468,6 +468,8 @@ def test_the_flags_read_code_in_strings_and_as_ipython_reads_it():
     honest = "%%time\nx = 'a = b'\nprint(f'loss = {len(x):.3f}')\n%time y = max(1, 2)\n%matplotlib inline"
     assert grader.suspect(honest) == []
     assert grader.suspect("%%capture out\nimport sys") == ["import sys"]  # a safe magic's code, read once
+    # a cell that names get_ipython (even in a comment) keeps IPython's calls of its magics in view, and is flagged
+    assert grader.suspect("%%time\nimport sys\n# get_ipython") == ["get_ipython", "import sys"]
 
 
 def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
