@@ -199,7 +199,7 @@ SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
-SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator"}  # names resolved from strings, as other libraries' resolvers do:
+SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop"}  # names or code from strings, and resolvers:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.__globals__", functools' setattr
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
@@ -292,7 +292,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             name = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else None
             if not isinstance(name, str):
                 found.append("getattr with a computed name")
-            elif name in SUSPECT_ATTRIBUTES or name.startswith("_"):  # read like the attribute itself
+            elif name in SUSPECT_ATTRIBUTES | book or name.startswith("_"):  # read like the attribute itself
                 found.append(f".{name}")
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
