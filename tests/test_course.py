@@ -883,7 +883,9 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS
 
     flat = " ".join(page.split())
-    assert f"a cell over {FLAG_CHARS:,} characters, one with a magic line over" in flat
+    assert (
+        f"a cell over {FLAG_CHARS:,} characters, one whose magic lines times its length pass {2 * FLAG_CHARS:,}" in flat
+    )
     assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
 
     root = tmp_path / "my-course"
