@@ -463,6 +463,16 @@ def test_internal_links_resolve(page):
 
 
 @needs_site
+def test_no_markdown_line_is_dropped_as_a_comment():
+    """MyST reads a line that starts with % as a comment and drops it from the page, text and all: a wrapped sentence
+    whose next line begins with `%time` loses that line. Code fences aside, no line of a Markdown page may start so."""
+    for page in [p for p in PAGES if (ROOT / f"{p}.md").is_file()]:
+        fenced = False
+        for number, line in enumerate((ROOT / f"{page}.md").read_text().splitlines(), 1):
+            fenced ^= line.lstrip().startswith(("```", "~~~"))
+            assert fenced or not line.startswith("%"), f"{page}.md:{number} starts with %: MyST drops it, rewrap it"
+
+
 def test_sidebar_entries_are_distinct_and_chapters_numbered():
     nav = soup(PAGES[1]).select_one("nav.bd-docs-nav")
     assert nav is not None, f"{PAGES[1]}.html has no sidebar (nav.bd-docs-nav): did the theme change?"
