@@ -468,6 +468,12 @@ def test_the_flags_read_code_in_strings_and_as_ipython_reads_it():
     honest = "%%time\nx = 'a = b'\nprint(f'loss = {len(x):.3f}')\n%time y = max(1, 2)\n%matplotlib inline"
     assert grader.suspect(honest) == []
     assert grader.suspect("%%capture out\nimport sys") == ["import sys"]  # a safe magic's code, read once
+    # a tenth trial's: a computed string run by timeit, the kernel's own shell or threads, options of %%capture, help
+    # lines (IPython reads the whole cell again for each, like a magic line)
+    assert grader.suspect("import timeit\ntimeit.timeit(S[::-1])") == ["import timeit"]
+    assert "import ipykernel.zmqshell" in grader.suspect("from ipykernel.zmqshell import ZMQInteractiveShell")
+    assert grader.suspect("%%capture --no-stdout cap\nprint(1)") == []
+    assert grader._nodes("probe = 1\n" + "probe?\n" * 499 + "probe\n" * 600, magics=True) == []
     # a cell that names get_ipython (even in a comment) keeps IPython's calls of its magics in view, and is flagged
     assert grader.suspect("%%time\nimport sys\n# get_ipython") == ["get_ipython", "import sys"]
 
@@ -883,9 +889,8 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS
 
     flat = " ".join(page.split())
-    assert (
-        f"a cell over {FLAG_CHARS:,} characters, one whose magic lines times its length pass {2 * FLAG_CHARS:,}" in flat
-    )
+    bound = f"one whose magic and help lines times its length pass {2 * FLAG_CHARS:,}"
+    assert f"a cell over {FLAG_CHARS:,} characters, {bound}" in flat
     assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
 
     root = tmp_path / "my-course"

@@ -431,6 +431,7 @@ def _multi_head(layer, x, mask=None):
     "heads_in_a_loop(layer: MultiHeadAttention, x, mask=None) -> (batch, len, d_model), self-attention of x",
     [
         "aiayn.multi_head.MultiHeadAttention.forward",
+        "aiayn.browser._attend",  # the exported graphs' copy of a layer's attention
         "torch.nn.MultiheadAttention.forward",
         "torch.nn.functional.multi_head_attention_forward",
     ],

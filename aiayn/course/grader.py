@@ -199,7 +199,7 @@ SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
-SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop"}  # names or code from strings, and resolvers:
+SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel"}  # code from strings:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.__globals__", functools' setattr
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
@@ -208,8 +208,8 @@ AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", 
 SUSPECT_MODULES |= {"struct", "array", "base64", "binascii", "codecs", "zlib", "lzma", "bz2", "gzip"}  # data decoded
 SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64decode", "decompress"}  # from bytes
 OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
-TIMEIT = {"posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads its own
-MAGIC = re.compile(r"^[ \t]*(%%?\w+|!)", flags=re.M)  # a line IPython may run as a magic or a shell command
+TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
+MAGIC = re.compile(r"^[ \t]*(%%?\w+|!)|\?[ \t]*$", flags=re.M)  # a line IPython may run as a magic, shell or help
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
@@ -240,7 +240,8 @@ def _nodes(source: str, magics: bool = False) -> list:
             # IPython's own call where the cell names get_ipython nowhere (else the name is flagged): its code read here
             call.func, call.args = (ast.Name("magic"), []) if ours else (call.func, call.args)
             if {f"%{name}", f"%%{name}"} & SAFE_MAGICS:  # timeit's options read as IPython reads them
-                code[0] = OPTIONS.parse_options(code[0], "n:r:tcp:qo", **TIMEIT)[1] if name == "timeit" else code[0]
+                # timeit's line: options, then code; another cell magic's line holds only options (%%capture -x)
+                code = [OPTIONS.parse_options(code[0], **TIMEIT)[1], *code[1:]] if name == "timeit" else code[-1:]
                 if not all(more := [_nodes(part, magics=True) for part in code]):
                     return []
                 inner += [n for part in more for n in part]
@@ -279,7 +280,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
     that the function reads)."""
     found, nodes = [], _nodes(source, magics=True)
-    magics = set(MAGIC.findall(source)) - SAFE_MAGICS
+    magics = set(MAGIC.findall(source)) - SAFE_MAGICS - {""}  # ("" for a help line, x?)
     found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
