@@ -294,6 +294,46 @@ def test_the_book_s_fused_kernel_is_caught_by_any_route():
     assert "no_mask" not in failed("attention", mine)
 
 
+def test_pytorch_s_label_smoothing_is_caught_by_any_route():
+    """PyTorch's label smoothing, rescaled to give the assignment's loss, fails the checks that call it by any route
+    (its argument given by name, by position, through torch.ops.aten or from a thread), and says so; an answer that
+    calls PyTorch's cross-entropy without smoothing, for its negative log-likelihood, passes (a tenth trial)."""
+    import threading
+
+    def moved_off_padding(smoothed):  # PyTorch spreads eps over all V tokens: rescaled, padding's share taken back
+        def answer(logits, target, eps, pad):
+            x, t, V = logits.flatten(0, -2), target.flatten(), logits.size(-1)
+            log_p, e = x.log_softmax(-1), eps * V / (V - 1)
+            loss = smoothed(x, t, pad, e) - (e - eps) * log_p.gather(-1, t[:, None])[:, 0] + e / V * log_p[:, pad]
+            return loss.masked_fill(t == pad, 0.0).sum()
+
+        return answer
+
+    by_name = moved_off_padding(lambda x, t, pad, e: F.cross_entropy(x, t, label_smoothing=e, reduction="none"))
+    by_position = moved_off_padding(lambda x, t, pad, e: F.cross_entropy(x, t, None, None, pad, None, "none", e))
+    by_aten = moved_off_padding(lambda x, t, pad, e: torch.ops.aten.cross_entropy_loss(x, t, None, 0, pad, e))
+
+    def in_a_thread(logits, target, eps, pad):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(by_name(logits, target, eps, pad)))
+        worker.start(), worker.join()
+        return out[0]
+
+    def mine(logits, target, eps, pad):
+        x, t, V = logits.flatten(0, -2), target.flatten(), logits.size(-1)
+        log_p = x.log_softmax(-1)
+        smooth = -(log_p.sum(-1) - log_p[:, pad]) / (V - 1)
+        loss = (1 - eps) * F.cross_entropy(x, t, reduction="none") + eps * smooth
+        return loss.masked_fill(t == pad, 0.0).sum()
+
+    logits, target = torch.randn(3, 5, 11, dtype=torch.float64), torch.randint(0, 11, (3, 5))
+    for route in (by_name, by_position, by_aten, in_a_thread):
+        torch.testing.assert_close(route(logits, target, 0.1, 0), mine(logits, target, 0.1, 0))  # right answers
+        message = failed("label_smoothing", route).get("true_token", "")
+        assert "calls torch._C._nn.cross_entropy_loss with label_smoothing=" in message, (route, message)
+    assert failed("label_smoothing", mine) == {}
+
+
 def test_a_check_sees_only_data():
     """What the student's function returns reaches a check as data: a tensor subclass, an object that claims to
     equal everything, or a result too large is refused with a message, never compared."""
@@ -476,6 +516,23 @@ def test_the_flags_read_code_in_strings_and_as_ipython_reads_it():
     assert grader._nodes("probe = 1\n" + "probe?\n" * 499 + "probe\n" * 600, magics=True) == []
     # a cell that names get_ipython (even in a comment) keeps IPython's calls of its magics in view, and is flagged
     assert grader.suspect("%%time\nimport sys\n# get_ipython") == ["get_ipython", "import sys"]
+
+
+def test_pytorch_s_own_layers_are_not_named_the_book_s():
+    """A reference of PyTorch's (nn.MultiheadAttention for multi_head) is flagged as PyTorch's own, never as the
+    book's; the book's class named in a student's cell is the book's (a tenth trial)."""
+    from aiayn.course import grader
+
+    locked = {"nbgrader": {"grade_id": "multi_head_shape", "locked": True}}
+    check = nbformat.v4.new_code_cell("check()", metadata=locked)
+    theirs = nbformat.v4.new_code_cell("layer = torch.nn.MultiheadAttention(32, 4)")
+    ours = nbformat.v4.new_code_cell("from aiayn.multi_head import MultiHeadAttention\nMultiHeadAttention(32, 4)")
+    nb = nbformat.v4.new_notebook(cells=[check, theirs, ours])
+    execute = grader.Execute()
+    execute._checks = {"multi_head_shape": ("multi_head", "shape")}  # as preprocess sets it
+    execute._flag(nb, {}, CHECKS.ASSIGNMENTS)
+    assert theirs.metadata["aiayn"]["flags"] == ["uses PyTorch's own MultiheadAttention"]
+    assert ours.metadata["aiayn"]["flags"] == ["uses the book's MultiHeadAttention"]
 
 
 def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):

@@ -46,8 +46,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magics import ExecutionMagics
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import Execute as NbGraderExecute
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import Execute as NbGraderExecute, NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
 
 from aiayn.course import kernel
@@ -598,7 +597,7 @@ class Execute(NbGraderExecute):
         deadline = time.monotonic() + FLAG_SECONDS  # the flags' time: a cell can be made costly to read
         trees = [n for c in mine if time.monotonic() < deadline for n in _nodes(c.source, magics=True)]
         modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
-        book = {kernel.reference_source(p)[1].split(".")[0] for a in graded for p in assignments[a].references}
+        book = {p.split(".")[2] for a in graded for p in assignments[a].references if p[:6] == "aiayn."}  # not torch's
         self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
             text = TransformerManager().transform_cell(c.source)  # as the kernel runs it

@@ -190,12 +190,14 @@ class Watch:
                 mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
-            if not found:  # a C function: the aten operator it runs
-                self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
+            # a C function: the aten operator it runs
+            self.operators |= {} if found else {getattr(obj, "__name__", qualname.split(".")[-1]).strip("_"): path}
 
-    def _operator(self, name: str) -> str | None:
-        op, sdpa = name.removeprefix("aten::").strip("_"), "scaled_dot_product"  # any of its fused kernels
+    def _operator(self, event) -> str | None:
+        op, sdpa = event.name.removeprefix("aten::").strip("_"), "scaled_dot_product"  # any of its fused kernels
         found = [p for ref, p in self.operators.items() if op == ref or (op.startswith(sdpa) and ref.startswith(sdpa))]
+        if op == "cross_entropy_loss":  # PyTorch's label smoothing: a reference only when it smooths (argument 5)
+            found = [f"{p} with label_smoothing={s:g}" for p in found for s in event.concrete_inputs[5:] if s]
         return found[0] if found else None
 
     def __call__(self, f, *args, _seconds: float = 0, **kwargs):
@@ -227,7 +229,7 @@ class Watch:
                         signal.signal(signal.SIGALRM, previous_handler)
         finally:
             if recorded is not None:  # read once the profiler has stopped
-                self.hits += [p for p in map(self._operator, {e.name for e in recorded.events()}) if p]
+                self.hits += list(dict.fromkeys(p for p in map(self._operator, recorded.events()) if p))
         return value
 
 
@@ -244,7 +246,7 @@ def _operators():
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
-        with profile(activities=[ProfilerActivity.CPU], experimental_config=config) as recorder:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=config) as recorder:
             os.dup2(saved, 2)
             yield recorder
             os.dup2(null, 2)
