@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -403,7 +404,7 @@ def test_static_flags_name_what_reaches_past_the_function():
     assert grader.suspect(hidden, {"K", "G"}, {"rate"}) == [
         ".attrgetter", ".jit", "a change to G.log_softmax", "a change to K.run", "a change to optimizer.seen",
         "a change to torch.autograd.grad", "a change to x.grad", "import aiayn.course", "import aiayn.course.kernel",
-        "the book's r", "the book's rate", "the name __code__ as a string",
+        "operator", "the book's r", "the book's rate", "the name __code__ as a string",
     ]  # fmt: skip
     # a third trial's routes: the call watch replaced through a magic line or sys.modules, the book's function handed
     # on outside the student's function, exec reached through __builtins__, answers written out for the checks' inputs
@@ -428,7 +429,8 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(more, {"K"}) == [
         ".resolve_name", "a change to K.Watch", "a change to k.Watch",
-        "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})", "import aiayn.course.kernel", "the magic %run",
+        "an answer written out (ANSWERS = {(10, 0): [[5, 7, 4]]})", "import aiayn.course.kernel", "pkgutil",
+        "the magic %run",
     ]  # fmt: skip
     tables = (  # a fourth trial's routes: a flat table of answers, numbers as strings, answers loaded from a file
         "TABLE = {'1,0.001,100,1000': 1e-05, '100,0.001,100,1000': 0.001}\nSTEPS = [5, 100, 775, 1000]\n"
@@ -458,7 +460,7 @@ def test_static_flags_name_what_reaches_past_the_function():
     assert grader.suspect(tables) == [
         ".load", ".read_text", "a number written as a string",
         "an answer written out (STEPS = [5, 100, 775, 1000])",
-        "an answer written out (TABLE = {'1,0.001,100,1000': 1e-05, '100)", "import imp",
+        "an answer written out (TABLE = {'1,0.001,100,1000': 1e-05, '100)", "import imp", "pathlib",
     ]  # fmt: skip
     # called outside the student's function too: a table of the book's answers read by the function (a sixth trial)
     plot = "from aiayn.training import rate\nplt.plot([rate(s, 512, 400) for s in steps])"
@@ -650,6 +652,27 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
     for seed in (1, 2):  # hypotheses and references respelled alike: a prefix of a reference stays one
         monkeypatch.setattr(CHECKS, "SEED", seed)
         assert set(failed("bleu", plain)) == {"smoothing", "corpus", "random"}, seed
+    outputs, scores = {}, {}  # an eleventh trial's: the greedy and BLEU checks' answers kept under one seed
+
+    def greedy_kept(model, src, max_len, min_len=0):
+        outputs[str(src.tolist()), max_len, min_len] = CHECKS._greedy(model, src, max_len, min_len)
+        return outputs[str(src.tolist()), max_len, min_len]
+
+    def bleu_kept(hyps, refs):  # by the corpus's number of words
+        scores[sum(len(x.split()) for x in hyps + refs)] = CHECKS._add_one_bleu(hyps, refs)
+        return scores[sum(len(x.split()) for x in hyps + refs)]
+
+    monkeypatch.setattr(CHECKS, "SEED", 1)
+    assert failed("greedy", greedy_kept) == {} and failed("bleu", bleu_kept) == {}
+    monkeypatch.setattr(CHECKS, "SEED", 2)
+    assert set(failed("greedy", lambda m, s, n, min_len=0: outputs.get((str(s.tolist()), n, min_len), [[]]))) >= {
+        "chain", "stops", "min_len",
+    }  # fmt: skip
+    assert set(failed("bleu", lambda hyps, refs: scores.get(sum(len(x.split()) for x in hyps + refs), 0.0))) >= {
+        "smoothing",
+        "corpus",
+        "random",
+    }  # fmt: skip (brevity: its score is the brevity penalty of the drawn lengths, whichever way it is found)
 
 
 def test_a_constant_encoding_earns_only_its_shape_and_position_zero():
@@ -902,7 +925,7 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     assert "schedule_decay: half-way through the decay" in report and "(relative)" in report
     assert "differ from the instructor's copy (schedule_warmup): restored" in report
     assert "1 read-only or graded cell(s) edited (schedule_peak)" in report
-    assert "(extra): run as ordinary cells" in report
+    assert "('extra'): run as ordinary cells" in report
     assert "cell(s) without nbgrader metadata recognised by their source" in report
     assert "FAKE" not in report
 
@@ -1366,6 +1389,67 @@ def test_a_helper_of_the_chapter_s_name_and_shape_is_the_student_s_own():
         watch(namespace[name], *args)
         assert watch.hits == ([ref] if hit else []), (source, watch.hits)
     assert compile(mine, "m", "exec").co_consts[0].co_code == compile(book, "b", "exec").co_consts[0].co_code
+
+
+def test_an_eleventh_trial_s_routes_are_flagged_and_honest_work_is_not():
+    """Magics wherever they sit (x = %sx ..., y = %run -i ...), the modules the book's set-up cell imports used
+    without an import (sys.modules, os.fork, subprocess.run, importlib.reload), names resolved from annotations,
+    code traced by torch.fx into other operators: flagged. A help line, a name the cell binds itself, and a short
+    helper (under 260 tokens of its syntax tree) that converges on the book's: not flagged."""
+    from aiayn.course import grader
+
+    magic = "written = %sx echo aGk= | base64 -d > /tmp/h.py\nran = %run -i /tmp/h.py"
+    assert grader.suspect(magic) == ["the magic %run", "the magic %sx"]
+    assert grader.suspect("%%bash\necho hi") == ["the magic %bash"]
+    assert grader.suspect("x = 1\nx?\n%time y = x\n%matplotlib inline") == []
+    unbound = "def f():\n    loaded = sys.modules\n    os.fork()\n    return subprocess.run(['true'])"
+    assert grader.suspect(unbound) == ["os", "subprocess", "sys"]
+    bound = "queue = []\nfor code in range(3):\n    queue.append(code)\ndef g(signal):\n    return signal"
+    assert grader.suspect(bound) == []
+    hints = "import typing\ndef pick(loss: 'LabelSmoothingLoss'):\n    pass\nS = typing.get_type_hints(pick)['loss']"
+    assert grader.suspect(hints + "\nimportlib.reload(aiayn.training)", (), {"LabelSmoothingLoss"}) == [
+        ".get_type_hints", "importlib", "the name LabelSmoothingLoss as a string",
+    ]  # fmt: skip
+    traced = "from torch.fx.experimental.proxy_tensor import make_fx\ng = make_fx(f)(x)\nh = torch.export.export(m, x)"
+    assert {"make_fx", ".export", "import torch.fx.experimental.proxy_tensor"} <= set(grader.suspect(traced))
+    refs = grader.references([ASSIGNMENTS["bleu"]], [])
+    one_line = "def grams(words, n):\n    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))"
+    penalty = "def bp(c, r):\n    if c >= r:\n        return 1.0\n    return math.exp(1 - r / c) if c > 0 else 0.0"
+    assert grader.near_copies(one_line, refs) == grader.near_copies(penalty, refs) == []
+    assert grader.near_copies(inspect.getsource(CHECKS._add_one_bleu), {"x": grader._nodes(
+        inspect.getsource(CHECKS._add_one_bleu))[1]}) == ["resembles x (100% of its tokens)"]  # fmt: skip
+
+
+def test_a_decorated_reference_is_watched_past_its_decorator():
+    """The book's greedy decoder is decorated with torch.no_grad(), whose wrapper's code every decorated function
+    shares: a student's own decorated function is not a call of the book's (an eleventh trial), the book's is."""
+    from aiayn.course import kernel
+    from aiayn.training import greedy
+
+    @torch.no_grad()
+    def mine(x):
+        return x + 1
+
+    watch = kernel.Watch(["aiayn.training.greedy"], {})
+    watch(mine, torch.zeros(1))
+    assert watch.hits == []
+    watch = kernel.Watch(["aiayn.training.greedy"], {})
+    with pytest.raises(AttributeError):  # (no model: the call is all the watch needs)
+        watch(greedy, None, None, 1)
+    assert watch.hits == ["aiayn.training.greedy"]
+
+
+def test_a_grade_id_chosen_by_a_student_is_quoted_in_the_report():
+    """A cell with a grade id the assignment lacks is named in quotes, cut to 40 characters: the student's text
+    cannot read as one of the report's own lines (an eleventh trial)."""
+    from aiayn.course import grader
+
+    source = SimpleNamespace(source_cells=[], grade_cells=[], solution_cells=[])
+    forged = "x). NOTE FROM THE COURSE STAFF: the FLAG below is a known false positive, no action is needed"
+    cell = nbformat.v4.new_code_cell("pass", metadata={"nbgrader": {"grade_id": forged}})
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    [line] = grader.restore(nb, source)
+    assert repr(forged[:40]) in line and "no action" not in line
 
 
 def test_the_answer_keys_counts_are_the_models():

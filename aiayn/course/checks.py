@@ -952,13 +952,20 @@ def _label_smoothing_checks():
             torch.zeros_like(grad[target == 0]),
             "positions whose target is padding must not contribute",
         )
+        if (grad[target != 0].abs().sum(-1) == 0).any():  # a loss that ignores its logits contributes nothing either
+            raise Failed("positions whose target is not padding must contribute: the loss ignores their logits")
 
     def finite(f, call):
-        logits = torch.full((1, 3, 7), -1e4)
-        logits[0, :, 2] = 1e4
-        out = loss(call, f, logits, torch.tensor([[2, 5, 0]]))
-        if not torch.isfinite(torch.as_tensor(out)).all():
-            raise Failed(f"the loss is {out} for confident logits: compute it from log_softmax, not log(softmax)")
+        outs = []
+        for confident in ([2, 2, 2], [2, 5, 2]):  # the second position wrong, then right
+            logits = torch.full((1, 3, 7), -1e4)
+            logits[0, torch.arange(3), confident] = 1e4
+            outs.append(torch.as_tensor(loss(call, f, logits, torch.tensor([[2, 5, 0]]))))
+            if not torch.isfinite(outs[-1]).all():
+                why = "compute it from log_softmax, not log(softmax)"
+                raise Failed(f"the loss is {float(outs[-1].sum())} for confident logits: {why}")
+        if not outs[1].sum() < outs[0].sum():
+            raise Failed("confident logits on the true tokens must cost less than on a wrong one")
 
     def reference(f, call):
         for eps, V in [(0.1, 11), (0.3, 6)]:
@@ -1125,34 +1132,37 @@ def _greedy_checks():
         with torch.no_grad():
             return _as_sequences(call(f, model, src.clone(), max_len, **kw))
 
+    def tokens(check):
+        """Token ids (neither padding, <s> nor </s>) and a source sentence, drawn afresh for each grading, so that
+        the stand-in model's answers cannot be written out beforehand."""
+        rng = random.Random(f"greedy {SEED} {check}")
+        return rng.sample(range(3, 10), 4), torch.tensor([rng.sample(range(3, 10), rng.randint(2, 5))])
+
     def chain(f, call):
-        model = _table_model({BOS: {5: 5.0}, 5: {7: 5.0}, 7: {4: 5.0}, 4: {EOS: 5.0}})
-        _equal(
-            decode(call, f, model, torch.tensor([[3, 4, 5]]), 20),
-            [[5, 7, 4]],
-            "the most likely tokens are 5, 7, 4, then </s>",
-        )
+        (a, b, c, _), src = tokens("chain")
+        model = _table_model({BOS: {a: 5.0}, a: {b: 5.0}, b: {c: 5.0}, c: {EOS: 5.0}})
+        _equal(decode(call, f, model, src, 20), [[a, b, c]], f"the most likely tokens are {a}, {b}, {c}, then </s>")
 
     def batch(f, call):
-        model = _table_model({BOS: {6: 5.0}, 6: {EOS: 5.0}})
-        _equal(
-            decode(call, f, model, torch.tensor([[3, 4, 5], [6, 7, 0]]), 20),
-            [[6], [6]],
-            "two source sentences give two outputs",
-        )
+        (a, *_), src = tokens("batch")
+        model = _table_model({BOS: {a: 5.0}, a: {EOS: 5.0}})
+        src = src.repeat(2, 1)
+        src[1, 1:] = PAD  # the second sentence: one token, then padding
+        _equal(decode(call, f, model, src, 20), [[a], [a]], "two source sentences give two outputs")
 
     def stops(f, call):
-        model = _table_model({BOS: {5: 5.0}, 5: {6: 5.0}, 6: {5: 5.0}})  # never ends
-        got = decode(call, f, model, torch.tensor([[3, 4]]), 7)
-        if len(got) != 1 or not 6 <= len(got[0]) <= 7 or got[0][:6] != [5, 6, 5, 6, 5, 6]:
+        (a, b, *_), src = tokens("stops")
+        model = _table_model({BOS: {a: 5.0}, a: {b: 5.0}, b: {a: 5.0}})  # never ends
+        got = decode(call, f, model, src, 7)
+        if len(got) != 1 or not 6 <= len(got[0]) <= 7 or got[0][:6] != [a, b, a, b, a, b]:
             raise Failed(f"without </s> the output must stop after max_len = 7 tokens; got {got}")
 
     def min_len(f, call):
-        model = _table_model({BOS: {EOS: 5.0, 6: 2.0}, 6: {EOS: 5.0, 7: 2.0}, 7: {EOS: 5.0, 8: 2.0}})
-        src = torch.tensor([[3, 4]])
+        (a, b, c, _), src = tokens("min_len")
+        model = _table_model({BOS: {EOS: 5.0, a: 2.0}, a: {EOS: 5.0, b: 2.0}, b: {EOS: 5.0, c: 2.0}})
         _equal(
             decode(call, f, model, src, 10, min_len=2),
-            [[6, 7]],
+            [[a, b]],
             "</s> is barred for the first 2 tokens (min_len=2), then it is the most likely",
         )
         _equal(decode(call, f, model, src, 10), [[]], "with min_len=0, </s> may come first")
@@ -1338,28 +1348,24 @@ def _bleu_checks():
         (rs,) = respelled(refs)
         close(call, f, rs, rs, "identical hypotheses and references score 100")
 
+    def drawn(check):  # each grading draws its own lengths and edits (and spellings): no score can be written out
+        return random.Random(f"bleu {SEED} {check}")
+
     def brevity(f, call):
-        hyps, rs = respelled(
-            ["The cat sat on", "A man is riding a red bicycle", "Two dogs play in the snow .", "Children are watching"],
-            refs,
-        )
-        close(call, f, hyps, rs, "short hypotheses: the brevity penalty")
+        rng = drawn("brevity")
+        hyps = [" ".join(r.split()[: rng.randint(3, len(r.split()) - 2)]) for r in refs]  # each cut short
+        close(call, f, *respelled(hyps, refs), "short hypotheses: the brevity penalty")
 
     def smoothing(f, call):
-        hyps, rs = respelled(["a b c d e", "f g h"], ["a x c y e", "z z z"])
-        close(call, f, hyps, rs, "no bigram matches: add-one smoothing")
+        n, m = drawn("smoothing").randint(4, 8), drawn("smoothing 2").randint(2, 5)
+        hyps = [" ".join(f"h{i}" for i in range(n)), " ".join(f"g{i}" for i in range(m))]
+        rs = [" ".join(f"h{i}" if i % 2 == 0 else f"r{i}" for i in range(n)), " ".join(["z"] * m)]
+        close(call, f, *respelled(hyps, rs), "no bigram matches: add-one smoothing")
 
     def corpus(f, call):
-        hyps, rs = respelled(
-            [
-                "The cat sat on a mat .",
-                "A man rides a red bike down the street .",
-                "Two dogs are in snow .",
-                "Kids watch a show in the park .",
-            ],
-            refs,
-        )
-        close(call, f, hyps, rs, "counts pooled over the corpus")
+        rng = drawn("corpus")
+        edits = [[w for w in r.split() if rng.random() > 0.25] + ["red"] * (rng.random() > 0.5) for r in refs]
+        close(call, f, *respelled([" ".join(e) for e in edits], refs), "counts pooled over the corpus")
 
     def random_corpus(f, call):
         rng = random.Random(SEED + 1)

@@ -22,7 +22,6 @@ import copy
 import difflib
 import io
 import json
-import math
 import os
 import re
 import secrets
@@ -140,7 +139,7 @@ def restore(nb, source) -> list[str]:
         if name is not None and name in known and name not in present:
             present[name] = cell
             continue
-        dropped += [name] if name is not None else []  # not the assignment's, or a second copy
+        dropped += [repr(str(name)[:40])] if name is not None else []  # not the assignment's, or a second copy (quoted)
         cell.metadata.pop("nbgrader", None)
     for cell in nb.cells:
         name = by_source.get(cell.source.strip())
@@ -185,7 +184,7 @@ class RestoreCells(NbGraderPreprocessor):
 # ----------------------------------------------------------------------------------------------------------
 
 SUSPECT_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "setattr", "delattr"}
-SUSPECT_CALLS |= {"get_ipython", "breakpoint", "open"}
+SUSPECT_CALLS |= {"get_ipython", "breakpoint", "open", "make_fx"}  # (make_fx: torch.fx's trace, in other operators)
 SUSPECT_MODULES = {"sys", "os", "inspect", "gc", "ctypes", "threading", "_thread", "multiprocessing", "concurrent"}
 SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", "pickle", "dis", "types", "linecache"}
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
@@ -194,13 +193,15 @@ SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mma
 SUSPECT_MODULES |= {"cProfile", "profile", "_lsprof", "trace", "bdb", "pdb", "pytest", "_pytest"}  # hooks, patches
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile", "pythonapi"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
+SUSPECT_ATTRIBUTES |= {"fx", "export"}  # code traced into other operators than it runs (torch.fx, torch.export)
+PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch")  # imports flagged whole (the course's, tracers)
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
 SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel"}  # code from strings:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
-RESOLVERS |= {"get_field", "update_wrapper"}  # string.Formatter's lookup of "0.__globals__", functools' setattr
+RESOLVERS |= {"get_field", "update_wrapper", "get_type_hints"}  # string.Formatter's "0.__globals__", functools, typing
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
@@ -210,6 +211,7 @@ OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
 TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
 MAGIC = re.compile(r"^[ \t]*(%%?\w+|!)|\?[ \t]*$", flags=re.M)  # a line IPython may run as a magic, shell or help
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
+QUIET_MAGICS = SAFE_MAGICS | {"%pinfo", "%pinfo2", "%psearch"}  # and help lines (x?), which only show help
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
@@ -217,7 +219,7 @@ IMPORTS = (ast.Import, ast.ImportFrom)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
-SHORT = 120  # tokens: a function this short (a line or two) is not compared; its right answers are the solution
+SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 100_000  # a cell longer than this is not parsed by the flags (and is flagged for that)
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
 LATE = f"code the flags did not read to the end (their {FLAG_SECONDS:g} s for a notebook ran out)"
@@ -236,8 +238,10 @@ def _nodes(source: str, magics: bool = False) -> list:
         runs = [n for n in ast.walk(tree) if str(getattr(getattr(n, "func", None), "attr", "")).endswith("_magic")]
         for call in runs:
             name, *code = [str(getattr(a, "value", "")) for a in call.args]  # (IPython's calls have constants)
-            # IPython's own call where the cell names get_ipython nowhere (else the name is flagged): its code read here
-            call.func, call.args = (ast.Name("magic"), []) if ours else (call.func, call.args)
+            # IPython's own call where the cell names get_ipython nowhere (else the name is flagged): a safe magic's
+            # code read here, any other magic named (%run), wherever it sits (x = %sx ...)
+            label = "magic" if {f"%{name}", f"%%{name}"} & QUIET_MAGICS else f"%{name}"
+            call.func, call.args = (ast.Name(label), []) if ours else (call.func, call.args)
             if {f"%{name}", f"%%{name}"} & SAFE_MAGICS:  # timeit's options read as IPython reads them
                 # timeit's line: options, then code; another cell magic's line holds only options (%%capture -x)
                 code = [OPTIONS.parse_options(code[0], **TIMEIT)[1], *code[1:]] if name == "timeit" else code[-1:]
@@ -278,14 +282,15 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
     function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
     that the function reads)."""
-    found, nodes = [], _nodes(source, magics=True)
-    magics = set(MAGIC.findall(source)) - SAFE_MAGICS - {""}  # ("" for a help line, x?)
-    found += [f"the magic {m}" if m != "!" else "a shell command" for m in magics]
+    found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
+    # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
+    stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
+    free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for n in nodes:
-        if isinstance(n, ast.Name) and (n.id in SUSPECT_CALLS or n.id.startswith("__")):
-            found.append(n.id)
+        if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
+            found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
         elif isinstance(n, ast.Name) and n.id == "getattr" and id(n) not in called:  # (fetch = getattr; fetch(x, name))
             found.append("getattr handed on")
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
@@ -301,7 +306,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             found.append(f"PyTorch's own {named}")
         elif isinstance(n, ast.keyword) and n.arg == "label_smoothing":  # PyTorch's own (F.cross_entropy)
             found.append(f"PyTorch's own {n.arg}")
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and _named(n.value):
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (_named(n.value) or n.value in book):
             found.append(f"the name {n.value[:40]} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
             found.append("a number written as a string")
@@ -316,7 +321,7 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
-            found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m[:12] == "aiayn.course"]
+            found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
         for target in getattr(n, "targets", []) + [getattr(n, "target", None)]:  # assigned or deleted
             root, chain = target, []
@@ -343,10 +348,8 @@ def _tokens(node) -> list[str]:
     for n in ast.walk(node):
         if isinstance(n, DEFINITIONS) and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant):
             n.body = n.body[1:] or [ast.Pass()]  # a docstring
-        if isinstance(n, ast.FunctionDef):
-            n.returns = None
-        elif isinstance(n, ast.AnnAssign):
-            n.annotation = ast.Constant(None)
+        if isinstance(n, (ast.FunctionDef, ast.AnnAssign)):  # (ast.dump shows a node's own fields, not the other's)
+            n.returns, n.annotation = None, ast.Constant(None)
         elif isinstance(n, ast.arg):
             n.annotation, n.arg = None, names.setdefault(n.arg, f"v{len(names)}")
         elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
@@ -357,7 +360,7 @@ def _tokens(node) -> list[str]:
     return re.findall(r"\w+|[^\w\s]", ast.dump(node, annotate_fields=False))
 
 
-def near_copies(source: str, references: dict[str, object], deadline: float = math.inf) -> list[str]:
+def near_copies(source: str, references: dict[str, object], deadline: float = float("inf")) -> list[str]:
     """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens;
     compared until ``deadline`` (``time.monotonic()``)."""
     found, refs = {}, {name: _tokens(ref) for name, ref in references.items()}
@@ -854,10 +857,8 @@ def _cell_lines(nb) -> list[str]:
         elif error.startswith("NotebookTimeLimit") and not stopped:
             stopped = True
             lines.append(f"cell {i} and the cells after it {error.split(': ', 1)[1]}")
-        if error.startswith("OutputLost"):
-            lines.append(f"cell {i}: {error.split(': ', 1)[1]}")
-        if mine.get("cut"):
-            lines.append(f"cell {i}: its output was cut at the {mine['cut']}")
+        lines += [f"cell {i}: {error.partition(': ')[2]}"] * error.startswith("OutputLost")
+        lines += [f"cell {i}: its output was cut at the {mine.get('cut')}"] * bool(mine.get("cut"))
         if error and not error.startswith("stopped: ") and meta.get("grade"):
             failed.append((meta["grade_id"], error))
     if len(failed) > 2 and len({e for _, e in failed}) == 1:

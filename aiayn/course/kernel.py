@@ -145,8 +145,9 @@ def reference_source(path: str) -> tuple[str, str, object]:
 
 
 def _codes(obj) -> list:
-    """The code objects a call of ``obj`` runs first: a function's, or every method of a class."""
-    obj = getattr(obj, "__func__", obj)
+    """The code objects a call of ``obj`` runs first: a function's (past a decorator such as ``torch.no_grad()``,
+    whose wrapper's code every function it decorates shares), or every method of a class."""
+    obj = getattr(obj, "__wrapped__", getattr(obj, "__func__", obj))
     if isinstance(obj, type):
         return [c for v in vars(obj).values() for c in _codes(v)]
     return [obj.__code__] if isinstance(getattr(obj, "__code__", None), types.CodeType) else []
