@@ -230,7 +230,7 @@ class Watch:
                         signal.signal(signal.SIGALRM, previous_handler)
         finally:
             if recorded is not None:  # read once the profiler has stopped
-                self.hits += list(dict.fromkeys(p for p in map(self._operator, recorded.events()) if p))
+                self.hits += list(dict.fromkeys(p for p in map(self._operator, recorded.function_events) if p))
         return value
 
 
@@ -240,14 +240,13 @@ def _alarm(signum, frame):
 
 @contextlib.contextmanager
 def _operators():
-    """A profiler of torch's operators in every thread (its log lines, written to the process's stderr, dropped)."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """A profiler of torch's operators in every thread (its log lines, written to the process's stderr, dropped): the
+    autograd profiler that torch.profiler wraps, whose first start does not import torch's compiler (2 s a kernel)."""
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=config) as recorder:
+        with torch.autograd.profiler.profile(record_shapes=True, experimental_config=config) as recorder:
             os.dup2(saved, 2)
             yield recorder
             os.dup2(null, 2)
