@@ -512,7 +512,7 @@ def test_the_flags_read_code_in_strings_and_as_ipython_reads_it():
     assert grader.suspect("%%capture out\nimport sys") == ["import sys"]  # a safe magic's code, read once
     # a tenth trial's: a computed string run by timeit, the kernel's own shell or threads, options of %%capture, help
     # lines (IPython reads the whole cell again for each, like a magic line)
-    assert grader.suspect("import timeit\ntimeit.timeit(S[::-1])") == ["import timeit"]
+    assert grader.suspect("import timeit\ntimeit.timeit(S[::-1])") == [".timeit", "import timeit"]
     assert "import ipykernel.zmqshell" in grader.suspect("from ipykernel.zmqshell import ZMQInteractiveShell")
     assert grader.suspect("%%capture --no-stdout cap\nprint(1)") == []
     assert grader._nodes("probe = 1\n" + "probe?\n" * 499 + "probe\n" * 600, magics=True) == []
@@ -1412,6 +1412,8 @@ def test_an_eleventh_trial_s_routes_are_flagged_and_honest_work_is_not():
     ]  # fmt: skip
     traced = "from torch.fx.experimental.proxy_tensor import make_fx\ng = make_fx(f)(x)\nh = torch.export.export(m, x)"
     assert {"make_fx", ".export", "import torch.fx.experimental.proxy_tensor"} <= set(grader.suspect(traced))
+    timer = "from torch.utils.benchmark import Timer\nTimer(stmt=plan[::-1], globals={}).timeit(1)"  # (a twelfth trial)
+    assert {".timeit", "import torch.utils.benchmark"} <= set(grader.suspect(timer))
     refs = grader.references([ASSIGNMENTS["bleu"]], [])
     one_line = "def grams(words, n):\n    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))"
     penalty = "def bp(c, r):\n    if c >= r:\n        return 1.0\n    return math.exp(1 - r / c) if c > 0 else 0.0"

@@ -193,8 +193,8 @@ SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mma
 SUSPECT_MODULES |= {"cProfile", "profile", "_lsprof", "trace", "bdb", "pdb", "pytest", "_pytest"}  # hooks, patches
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile", "pythonapi"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
-SUSPECT_ATTRIBUTES |= {"fx", "export"}  # code traced into other operators than it runs (torch.fx, torch.export)
-PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch")  # imports flagged whole (the course's, tracers)
+SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark"}  # traced code (torch.fx), code from strings (Timer)
+PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch", "torch.utils.benchmark")  # flagged whole
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
@@ -615,7 +615,8 @@ class Execute(NbGraderExecute):
             flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
             # what the cell defines or assigns at its top level, which the book's cells and test cells would then use
             top = _top(cell.source)
-            mine_named = {n.name for n in top if isinstance(n, DEFINITIONS)}
+            mine_named = {n.name for n in top if isinstance(n, DEFINITIONS)}  # or one imported under a book's name:
+            mine_named |= {a.asname for n in top if isinstance(n, IMPORTS) for a in n.names} & {*self._defined}
             mine_named |= {t.id for n in top for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
             flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
