@@ -966,12 +966,13 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import MAX_FILE
 
     assert f"a file over {MAX_FILE >> 20} MiB (`MAX_FILE`" in page
-    from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS
+    from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS, SHORT
 
     flat = " ".join(page.split())
     bound = f"one whose magic and help lines times its length pass {2 * FLAG_CHARS:,}"
     assert f"a cell over {FLAG_CHARS:,} characters, {bound}" in flat
     assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
+    assert f"under {SHORT} tokens of its syntax tree" in flat
 
     root = tmp_path / "my-course"
     assert course.main(["course", str(root), "label_smoothing"]) == 0

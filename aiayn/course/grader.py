@@ -240,9 +240,9 @@ def _nodes(source: str, magics: bool = False) -> list:
             name, *code = [str(getattr(a, "value", "")) for a in call.args]  # (IPython's calls have constants)
             # IPython's own call where the cell names get_ipython nowhere (else the name is flagged): a safe magic's
             # code read here, any other magic named (%run), wherever it sits (x = %sx ...)
-            label = "magic" if {f"%{name}", f"%%{name}"} & QUIET_MAGICS else f"%{name}"
+            label = "magic" if (forms := {f"%{name}", f"%%{name}"}) & QUIET_MAGICS else f"%{name}"
             call.func, call.args = (ast.Name(label), []) if ours else (call.func, call.args)
-            if {f"%{name}", f"%%{name}"} & SAFE_MAGICS:  # timeit's options read as IPython reads them
+            if forms & SAFE_MAGICS:  # timeit's options read as IPython reads them
                 # timeit's line: options, then code; another cell magic's line holds only options (%%capture -x)
                 code = [OPTIONS.parse_options(code[0], **TIMEIT)[1], *code[1:]] if name == "timeit" else code[-1:]
                 if not all(more := [_nodes(part, magics=True) for part in code]):

@@ -191,8 +191,8 @@ class Watch:
                 mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
-            # a C function: the aten operator it runs
-            self.operators |= {} if found else {getattr(obj, "__name__", qualname.split(".")[-1]).strip("_"): path}
+            if not found:  # a C function: the aten operator it runs
+                self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
 
     def _operator(self, event) -> str | None:
         op, sdpa = event.name.removeprefix("aten::").strip("_"), "scaled_dot_product"  # any of its fused kernels
