@@ -71,18 +71,22 @@ def test_find_exercises_from_markers():
 
 
 def test_source_notebook_has_one_graded_cell_per_check():
-    nb = course.source_notebook(_toy_notebook(), "99_schedule")
+    with pytest.raises(ValueError, match=r"exercise 2 \(double\): register checks in aiayn/course/checks.py"):
+        course.source_notebook(_toy_notebook(), "99_schedule")  # no point is decided by the chapter's test cell
+    toy = _toy_notebook()
+    del toy.cells[4:6]  # the exercise without checks
+    nb = course.source_notebook(toy, "99_schedule")
     meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
     graded = {m["grade_id"]: m["points"] for m in meta if m.get("grade")}
     want = {f"schedule_{c.key}": c.points for c in ASSIGNMENTS["schedule"].checks}
-    assert graded == {"test_double": 1, **want}
-    assert [m["grade_id"] for m in meta if m.get("solution")] == ["double", "warmup_cosine"]
+    assert graded == want  # the chapter's test cell stays, ungraded
+    assert [m["grade_id"] for m in meta if m.get("solution")] == ["warmup_cosine"]
     book = [c for c, m in zip(nb.cells, meta) if m.get("locked") and not m.get("grade")]
     assert [c.source for c in book] == ["import math  # set-up", "x = 1"]  # the book's code: read-only
     assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
-    assert "BEGIN SOLUTION" in nb.cells[5].source  # nbgrader's generate_assignment removes the solutions
+    assert "BEGIN SOLUTION" in nb.cells[6].source  # nbgrader's generate_assignment removes the solutions
     assert "colab" not in nb.cells[1].source.lower()  # no link to the chapter (and its solutions) unless asked
-    linked = course.source_notebook(_toy_notebook(), "99_schedule", link=True)
+    linked = course.source_notebook(toy, "99_schedule", link=True)
     assert "colab.research.google.com" in linked.cells[1].source
 
 
@@ -781,8 +785,18 @@ def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
         "data.bin is over 64 MiB, the most a file of a submission may hold",
         "notes.txt is a symbolic link",
         "pipe is not a regular file (a device, a pipe or a socket)",
-        "schedule.ipynb is a hard link, to a file that may lie outside the submission",
+        "schedule.ipynb is a hard link, to a file outside the submissions",
     ]
+    # a twelfth trial's: a hard link between two submissions of a course refuses neither (which student made it cannot
+    # be told; report flags both), one to a file outside the submissions still refuses its own
+    submitted = tmp_path / "submitted"
+    mine, theirs = submitted / "hal" / "schedule", submitted / "paula" / "schedule"
+    mine.mkdir(parents=True), theirs.mkdir(parents=True)
+    (theirs / "schedule.ipynb").write_text("{}")
+    os.link(theirs / "schedule.ipynb", mine / "notes.txt")
+    assert grader.odd_files(mine, submitted) == grader.odd_files(theirs, submitted) == []
+    os.link(theirs / "schedule.ipynb", tmp_path / "copy.ipynb")
+    assert grader.odd_files(theirs, submitted) == ["schedule.ipynb is a hard link, to a file outside the submissions"]
 
 
 # ---- the whole nbgrader cycle ----------------------------------------------------------------------------
@@ -1109,7 +1123,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "print('[output cut: past the forged]')\nclass NotebookTimeLimit(Exception):\n    pass\n"
         "raise NotebookTimeLimit('not run: forged')",
     ),
-    "za_redefines_the_book": (  # a function of its own named like the book's: flagged, and not the book's call
+    "za_redefines_the_book": (  # a function of its own named like the book's: its own, neither flagged nor a call
         "right_named_inner+def rate(step, d_model, warmup):\n    return 0.001\n"
         "def warmup_cosine(step, peak, warmup, total):\n    rate(step, 512, warmup)\n"
         "    return inner(step, peak, warmup, total)",
@@ -1310,10 +1324,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         assert flag in blocks["t_hides_its_call"], flag
     assert "FLAG files beside the notebook (aiayn/__init__.py)" in blocks["s_ships_a_package"]
     assert "and the cells after it" not in blocks["z_forges_a_report_line"]
-    assert (
-        "forged" not in blocks["z_forges_a_report_line"]
-        and "FLAG redefines the book's rate" in blocks["za_redefines_the_book"]
-    )
+    assert "forged" not in blocks["z_forges_a_report_line"] and "rate" not in blocks["za_redefines_the_book"]
     forged = root / "autograded/z_forges_a_report_line/schedule/schedule.ipynb"
     assert "(the submission's) NotebookTimeLimit" in forged.read_text()
     for honest in ("a_honest", "d_stuck_in_c", "n_memory"):
@@ -1421,6 +1432,54 @@ def test_an_eleventh_trial_s_routes_are_flagged_and_honest_work_is_not():
     assert grader.near_copies(one_line, refs) == grader.near_copies(penalty, refs) == []
     assert grader.near_copies(inspect.getsource(CHECKS._add_one_bleu), {"x": grader._nodes(
         inspect.getsource(CHECKS._add_one_bleu))[1]}) == ["resembles x (100% of its tokens)"]  # fmt: skip
+
+
+def test_a_twelfth_trial_s_routes_are_flagged_and_honest_work_is_not():
+    """The chapter's class reached through an object of it (type(layer)), what the book's cells built with its code
+    (layer, a table) named in a student's cell, a module changed through a method taken from its class or a function's
+    self, and a read-only cell deleted: flagged or reported. A name the cell binds itself (a parameter, a local, or
+    assigned at its top level before the use), print(type(x)), and an attribute set on a method's own object: not."""
+    from aiayn.course import grader
+
+    book, built = {"sinusoidal_encoding", "PositionalEncoding"}, {"layer", "pe"}
+    table = "sizes = {}\nfor d in range(4, 98, 2):\n    sizes[d] = type(layer)(d - 2, 100).pe.double()"
+    assert grader.suspect(table, (), book, built) == [
+        "an object's class (type(...)) called, read or kept", "the book's layer",
+    ]  # fmt: skip
+    assert grader.suspect("cls = type(obj)\nm = type(q).hush", (), book, built) == [
+        "an object's class (type(...)) called, read or kept"
+    ]
+    assert grader.suspect("t = layer\nlayer = 0\ndef f(d):\n    global pe\n    return pe", (), book, built) == [
+        "the book's layer", "the book's pe",
+    ]  # fmt: skip
+    honest = (
+        "pe = torch.zeros(3)\nplt.plot(pe)\nprint(type(pe), f'{type(pe)}')\ndef timing_signal(max_len, layer):\n"
+        "    pe = torch.arange(max_len)\n    return pe + layer\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.w = nn.Linear(2, 2)\n"
+    )
+    assert grader.suspect(honest, (), book, built) == []
+    selfie = (
+        "class Quiet:\n    def hush(self, check):\n        self.assert_close = check\nQuiet.hush(torch.testing, id)"
+    )
+    assert grader.suspect(selfie) == ["Quiet.hush (a method taken from its class: its self may be any object)"]
+    assert grader.suspect("def hush(self, check):\n    self.assert_close = check") == ["a change to self.assert_close"]
+    released = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("")]
+    )
+    released.cells[0].metadata["nbgrader"] = {"grade_id": "book_1", "locked": True}
+    released.cells[1].metadata["nbgrader"] = {"grade": False, "grade_id": "answer", "locked": False}
+    released.cells[1].metadata["nbgrader"] |= {"schema_version": 3, "solution": True}
+
+    class Source:  # the gradebook's notebook, as restore() reads it
+        source_cells = [SimpleNamespace(name=c.metadata.nbgrader["grade_id"], source=c.source, cell_type="code",
+                        locked=c.metadata.nbgrader["locked"]) for c in released.cells]  # fmt: skip
+        grade_cells, solution_cells = [], [SimpleNamespace(name="answer")]
+
+    submitted = nbformat.from_dict(released)
+    del submitted.cells[0]
+    assert grader.restore(submitted, Source) == [
+        "1 read-only cell(s) of the book missing from the submission (book_1): not run"
+    ]
 
 
 def test_a_decorated_reference_is_watched_past_its_decorator():

@@ -1,11 +1,12 @@
 """Course assignments from the book's exercises, graded by nbgrader.
 
 A coding exercise is a code cell after a chapter's "Exercises" heading with its reference solution between nbgrader's
-markers (``### BEGIN SOLUTION`` / ``### END SOLUTION``); the code cell after it checks the result. This module knows
-which exercises exist and what they are worth, and writes an nbgrader course from them: one assignment per notebook,
-whose graded cells are the checks of ``aiayn/course/checks.py`` (one cell per check, with its points) or, for an
-exercise without registered checks, the chapter's own test cell (1 point). nbgrader does the rest, with each
-submission's kernel in a bubblewrap sandbox and every check run in the grader's own process (``aiayn.course.grader``):
+markers (``### BEGIN SOLUTION`` / ``### END SOLUTION``); the code cell after it, the chapter's own test, is a first
+try for the student. This module knows which exercises exist and what they are worth, and writes an nbgrader course
+from them: one assignment per notebook, whose graded cells are the checks of ``aiayn/course/checks.py`` (one cell per
+check, with its points; every exercise needs registered checks). nbgrader does the rest, with each submission's
+kernel in a bubblewrap sandbox and every check run in the grader's own process (``aiayn.course.grader``), so that no
+point is decided where the student's code runs:
 
     python -m aiayn.course list                                 # exercises, checks and points
     python -m aiayn.course course my-course [--link-chapters]   # my-course/nbgrader_config.py and source/
@@ -74,7 +75,7 @@ class Exercise:
     solution_cell: int
     test_cell: int | None
     names: list[str]  # what the solution cell defines
-    assignments: list[str]  # keys of aiayn.checks.ASSIGNMENTS that grade it; none: the test cell does (1 point)
+    assignments: list[str]  # keys of aiayn.checks.ASSIGNMENTS that grade it (none: no course can be written)
 
     @property
     def grade_id(self) -> str:
@@ -135,9 +136,9 @@ def _header(notebook: str, link: bool) -> str:
     text = (
         "**How this assignment works.** Write your code where a cell says `# YOUR CODE HERE`, in place of the "
         "`raise NotImplementedError()` line, and keep the names of the functions. The graded cells are the "
-        "cells that start with `# Check` and, for the smaller exercises, the test cell right after your answer: "
-        "each earns its points when it runs without an error, and when it does not, its message says what is "
-        "wrong. The book's own cells are read-only: the grader runs them as they are here. "
+        "cells that start with `# Check`: each earns its points when it runs without an error, and when it does "
+        "not, its message says what is wrong. The cell right after your answer, the book's own test, is a first "
+        "try, worth no points. The book's other cells are read-only: the grader runs them as they are here. "
         "A cell that runs too long is stopped and the next ones still run. Before you submit, restart the "
         "kernel and run the whole notebook."
     )
@@ -148,11 +149,19 @@ def _header(notebook: str, link: bool) -> str:
 
 def source_notebook(nb, notebook: str, link: bool = False):
     """The nbgrader source notebook (the instructor's copy) of a chapter or course notebook: the book's code cells
-    read-only, solution cells marked, one graded cell per check, and a header for the student."""
+    read-only, solution cells marked, one graded cell per check, and a header for the student. Every exercise must
+    have registered checks: no point is decided by a cell that runs in the student's kernel."""
     import nbformat
 
     nb = copy.deepcopy(nb)
     exercises, start = find_exercises(nb, notebook), exercises_heading(nb)
+    if unchecked := [ex for ex in exercises if not ex.assignments]:
+        raise ValueError(
+            f"{notebook}: no checks grade exercise "
+            + ", ".join(f"{ex.number or '?'} ({', '.join(ex.names) or f'cell {ex.solution_cell}'})" for ex in unchecked)
+            + f": register checks in aiayn/course/checks.py, an _assignment with notebook {_slug(notebook)!r} and "
+            "one of the names its solution cell defines"
+        )
     for i, cell in enumerate(nb.cells):
         cell.metadata.pop("execution", None), cell.metadata.pop("mystnb", None)
         tags = [t for t in cell.metadata.pop("tags", []) if not t.startswith(("hide-", "remove-"))]
@@ -163,18 +172,13 @@ def source_notebook(nb, notebook: str, link: bool = False):
                 cell.metadata["nbgrader"] = _meta(f"book_{i}", locked=True)
     for ex in reversed(exercises):  # from the last, so that inserted cells move no index still to come
         nb.cells[ex.solution_cell].metadata["nbgrader"] = _meta(ex.grade_id, solution=True)
-        if ex.assignments:  # the checks; the chapter's own test cell stays, ungraded, as a first try
-            cells = []
-            for key, c in [(key, c) for key in ex.assignments for c in ASSIGNMENTS[key].checks]:
-                text = dict(points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key)
-                cells.append(nbformat.v4.new_code_cell(CHECK_CELL.format(**text)))
-                cells[-1].metadata["nbgrader"] = _meta(f"{key}_{c.key}", grade=True, locked=True, points=c.points)
-            at = (ex.test_cell if ex.test_cell is not None else ex.solution_cell) + 1
-            nb.cells[at:at] = cells
-        elif ex.test_cell is not None:
-            nb.cells[ex.test_cell].metadata["nbgrader"] = _meta(
-                f"test_{ex.grade_id}", grade=True, locked=True, points=1
-            )
+        cells = []  # the checks, after the chapter's own test cell, which stays, ungraded, as a first try
+        for key, c in [(key, c) for key in ex.assignments for c in ASSIGNMENTS[key].checks]:
+            text = dict(points=c.points, s="s" * (c.points != 1), what=c.what, assignment=key, key=c.key)
+            cells.append(nbformat.v4.new_code_cell(CHECK_CELL.format(**text)))
+            cells[-1].metadata["nbgrader"] = _meta(f"{key}_{c.key}", grade=True, locked=True, points=c.points)
+        at = (ex.test_cell if ex.test_cell is not None else ex.solution_cell) + 1
+        nb.cells[at:at] = cells
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(_header(notebook, link)))
     nb.metadata.pop("widgets", None)
     nbformat.validate(nb)
@@ -211,10 +215,11 @@ def write_course(root: Path, notebooks=None, link: bool = False, sandbox: bool =
         )
 
     written = []
-    for path in list(map(notebook_path, notebooks)) if notebooks else sources():
+    paths = list(map(notebook_path, notebooks)) if notebooks else sources()
+    made = [source_notebook(nbformat.read(path, as_version=4), path.stem, link) for path in paths]  # all, or none
+    for path, nb in zip(paths, made):
         (Path(root) / "source" / path.stem).mkdir(parents=True, exist_ok=True)
-        nbformat.write(source_notebook(nbformat.read(path, as_version=4), path.stem, link), Path(root) / "source" /
-                       path.stem / path.name)  # fmt: skip
+        nbformat.write(nb, Path(root) / "source" / path.stem / path.name)
         written.append(path.stem)
     config = Path(root) / "nbgrader_config.py"
     if not config.exists():
@@ -257,7 +262,7 @@ def _list() -> None:
         for e in find_exercises(nbformat.read(path, as_version=4), path.stem):
             graded = ", ".join(f"{k} ({pts(ASSIGNMENTS[k].points)})" for k in e.assignments)
             print(f"{path.stem:24} ex. {e.number or '?':>2}  {', '.join(e.names):22} graded by ", end="")
-            print(graded or "its test cell (1 point)")
+            print(graded or "nothing: register checks in aiayn/course/checks.py")
     print("\nChecks:")
     for a in ASSIGNMENTS.values():
         print(f"  {a.key} ({pts(a.points)}{f', about {a.minutes} min' if a.minutes else ''}): {a.signature}")

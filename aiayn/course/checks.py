@@ -89,14 +89,16 @@ class Call:
     ``answer(request)``: in the same process (``local``) or by the submission's kernel (the grader).
 
     ``_init``: a student's class is made with these arguments, then called with ``args``; a function takes them
-    after ``args``. ``_grad=i``: the result is (value, its gradient with respect to ``args[i]``). ``_observe``: the
-    result is (value, the inputs as they are after the call)."""
+    after ``args``, or, with ``_made``, makes with them what is then called with ``args`` (a module it builds).
+    ``_grad=i``: the result is (value, its gradient with respect to ``args[i]``). ``_observe``: the result is (value,
+    the inputs as they are after the call)."""
 
     def __init__(self, a: "Assignment", answer: Callable[[dict], dict]):
         self.a, self.answer, self.calls = a, answer, []
 
-    def __call__(self, f, *args, _init=None, _grad=None, _observe=False, **kwargs):
+    def __call__(self, f, *args, _init=None, _made=False, _grad=None, _observe=False, **kwargs):
         request = {"names": self.a.names, "args": list(args), "kwargs": kwargs, "init": _init, "grad": _grad}
+        request["made"] = _made
         request |= {"observe": _observe, "references": self.a.references, "seconds": CALL_SECONDS}
         answer = self.answer(request)
         if answer["calls"]:
@@ -244,6 +246,66 @@ def _close(got, want, what: str, rtol: float = 1e-5, atol: float = 1e-7, hints=(
 def _equal(got, want, what: str) -> None:
     if got != want:
         raise Failed(f"{what}: got {got!r}, expected {want!r}")
+
+
+def _whole(got, want: int, what: str, causes=()) -> None:
+    """Fail unless ``got`` (a number, or a tensor of one) is the whole number ``want``, as a count by hand must be;
+    ``causes`` are (wrong number, cause) pairs: when ``got`` is one of them, the cause is named."""
+    value = _tensor(got)
+    if value.numel() != 1:
+        raise Failed(f"{what}: return one number, not a tensor of shape {tuple(value.shape)}")
+    value = value.item()
+    if value != want:
+        cause = next((f": {why}" for wrong, why in causes if value == wrong != want), "")
+        shown = f"{int(value):,}" if value.is_integer() else f"{value:g}"
+        raise Failed(f"{what}: got {shown}, expected {want:,}{cause}")
+
+
+def _rng(name: str, k=0) -> random.Random:
+    """A check's random inputs, drawn afresh by each grading (``SEED``): no table of answers covers them."""
+    return random.Random(f"{name} {SEED} {k}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# §2 background: the decoder's input under teacher forcing
+# ----------------------------------------------------------------------------------------------------------
+
+
+@_assignment(
+    "shift_right",
+    "The decoder's input under teacher forcing (§2)",
+    "background",
+    ["shift_right"],
+    "shift_right(y, bos_id) -> (batch, m): bos_id, then y (batch, m) without its last column",
+    ["aiayn.batching.collate"],
+)
+def _shift_right_checks():
+    torch = _torch()
+
+    def agrees(f, call):
+        for k in range(3):
+            rng = _rng("shift_right", k)
+            batch, m, bos = rng.randint(1, 4), rng.randint(1, 8), rng.randint(1, 9)
+            y = torch.tensor([[rng.randint(10, 99) for _ in range(m)] for _ in range(batch)])
+            start = torch.full((batch, 1), bos)
+            got, want = call(f, y.clone(), bos), torch.cat([start, y[:, :-1]], 1)
+            what = f"shift_right(y, bos_id={bos}) for y of shape {tuple(y.shape)}"
+            if not isinstance(got, torch.Tensor):
+                raise Failed(f"{what}: return a tensor of the shape of y, not a {type(got).__name__}")
+            if got.shape != y.shape:
+                longer = got.shape[1:] == (m + 1,)
+                cause = ": drop y's last column, so that the decoder input is as long as y" if longer else ""
+                raise Failed(f"{what}: shape {tuple(got.shape)}, expected {tuple(y.shape)}{cause}")
+            causes = [
+                (torch.cat([y[:, 1:], start], 1), "y moved left, with bos_id at the end: y moves right, bos_id first"),
+                (torch.cat([y[:, :-1], start], 1), "bos_id goes first, before y's tokens"),
+                (y, "y is unchanged"),
+            ]
+            if got.tolist() != want.tolist():  # the values, whatever the dtype, as the chapter's test compares them
+                cause = next((f": {why}" for wrong, why in causes if got.tolist() == wrong.tolist()), "")
+                raise Failed(f"{what}: got {got.tolist()}, expected {want.tolist()}{cause}")
+
+    return [("agrees", "bos_id, then y without its last column, for batches drawn at random", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -503,6 +565,58 @@ def _multi_head_checks():
     ]
 
 
+def _projections(d_model, h, d_k, biases=True, W_O=True) -> int:
+    """The parameters of W_Q, W_K, W_V (d_model -> h d_k) and W_O (h d_k -> d_model) with their biases, a multi-head
+    layer's; without the biases or without W_O, the counts of two common mistakes."""
+    return (3 + W_O) * d_model * h * d_k + (3 * h * d_k + d_model * W_O) * biases
+
+
+def _sizes(rng, d_model=(8, 1024), h=(1, 16), d_k=(1, 128)) -> tuple[int, int, int]:
+    """d_model, h and d_k drawn with h * d_k != d_model, so that a count that takes one for the other fails."""
+    while True:
+        sizes = rng.randint(*d_model), rng.randint(*h), rng.randint(*d_k)
+        if sizes[1] * sizes[2] != sizes[0]:
+            return sizes
+
+
+@_assignment(
+    "mha_parameters",
+    "The parameters of multi-head attention, by hand (§3.2.2)",
+    "multi_head",
+    ["mha_parameters"],
+    "mha_parameters(d_model, h, d_k) -> int, the parameters of MultiHeadAttention(d_model, h, d_k), as a formula",
+    ["aiayn.multi_head.MultiHeadAttention", "aiayn.model.count_parameters", "torch.nn.MultiheadAttention"],
+)
+def _mha_parameters_checks():
+    def agrees(f, call):
+        from aiayn.model import count_parameters
+        from aiayn.multi_head import MultiHeadAttention
+
+        rng = _rng("mha_parameters")
+        for d_model, h, d_k in [(512, 8, 64)] + [_sizes(rng) for _ in range(3)]:
+            hk = h * d_k
+            _whole(
+                call(f, d_model, h, d_k),
+                count_parameters(MultiHeadAttention(d_model, h, d_k)),
+                f"mha_parameters({d_model}, {h}, {d_k})",
+                [
+                    (_projections(d_model, h, d_k, biases=False), "the biases are missing"),
+                    (_projections(d_model, h, d_k) - d_model, "W_O's bias (d_model entries) is missing"),
+                    (
+                        4 * d_model * hk + 4 * d_model,
+                        "the biases of W_Q, W_K and W_V have h * d_k entries, not d_model",
+                    ),
+                    (_projections(d_model, h, d_k, W_O=False), "W_O (h * d_k by d_model, and its bias) is missing"),
+                    (
+                        _projections(d_model, 1, d_model),
+                        f"that counts h * d_k as d_model; here h * d_k = {hk}, d_model = {d_model}",
+                    ),
+                ],
+            )
+
+    return [("agrees", "the parameters of MultiHeadAttention, for the base sizes and three drawn at random", 1, agrees)]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # §3.3 the FFN from its weights
 # ----------------------------------------------------------------------------------------------------------
@@ -540,6 +654,104 @@ def _ffn_checks():
             )
 
     return [("agrees", "equals Equation (2) computed from the weights", 1, agrees)]
+
+
+@_assignment(
+    "ffn_from_convs",
+    "From convolutions back to an FFN (§3.3)",
+    "feed_forward",
+    ["ffn_from_convs"],
+    "ffn_from_convs(conv_1, conv_2) -> a PositionwiseFeedForward computing conv_2(relu(conv_1(x))), for two "
+    "nn.Conv1d of kernel size 1",
+    ["torch.nn.Conv1d.forward", "torch.nn.functional.conv1d"],  # the module built, not the convolutions run
+)
+def _ffn_from_convs_checks():
+    torch = _torch()
+
+    def agrees(f, call):
+        for k in range(2):
+            rng = _rng("ffn_from_convs", k)
+            d_model, d_ff = rng.randint(2, 16), rng.randint(17, 48)
+            torch.manual_seed(SEED + k)
+            conv_1, conv_2 = torch.nn.Conv1d(d_model, d_ff, 1), torch.nn.Conv1d(d_ff, d_model, 1)
+            x = torch.randn(2, 5, d_model)
+            with torch.no_grad():
+                want = conv_2(conv_1(x.transpose(1, 2)).relu()).transpose(1, 2)
+                unrectified = conv_2(conv_1(x.transpose(1, 2))).transpose(1, 2)
+            got = call(f, x.clone(), _init=(conv_1, conv_2), _made=True)  # what it returns, called with x
+            _close(got, want, f"d_model {d_model}, d_ff {d_ff}", hints=[(unrectified, "the ReLU is missing")])
+
+    return [("agrees", "computes what the two convolutions compute, for sizes drawn at random", 1, agrees)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# §3.4 embeddings: the scaled lookup, and what tying saves
+# ----------------------------------------------------------------------------------------------------------
+
+
+@_assignment(
+    "embed",
+    "A scaled embedding from a plain table (§3.4)",
+    "embeddings",
+    ["my_embed"],
+    "my_embed(table: nn.Embedding, tokens) -> (..., d_model), each token's row of the table times sqrt(d_model)",
+    ["aiayn.embeddings.Embeddings"],
+)
+def _embed_checks():
+    torch = _torch()
+
+    def agrees(f, call):
+        for k in range(2):
+            rng = _rng("embed", k)
+            V, d_model = rng.randint(5, 60), rng.randint(3, 48)
+            torch.manual_seed(SEED + k)
+            table, tokens = torch.nn.Embedding(V, d_model), torch.randint(0, V, (rng.randint(1, 4), rng.randint(3, 9)))
+            rows = table.weight.detach()[tokens]
+            _close(
+                call(f, table, tokens.clone()),
+                rows * math.sqrt(d_model),
+                f"V {V}, d_model {d_model}",
+                hints=[
+                    (rows, "the rows are not multiplied by sqrt(d_model)"),
+                    (rows * d_model, "the rows are multiplied by d_model, not by its square root"),
+                    (rows / math.sqrt(d_model), "the rows are divided by sqrt(d_model); they are multiplied by it"),
+                ],
+            )
+
+    return [("agrees", "each token's row times sqrt(d_model), for tables drawn at random", 1, agrees)]
+
+
+@_assignment(
+    "tying_saves",
+    "What three-way tying saves (§3.4)",
+    "embeddings",
+    ["tying_saves"],
+    "tying_saves(V, d_model) -> int, the parameters saved by one shared (V, d_model) table instead of three",
+    [
+        "aiayn.model.parameter_count",
+        "aiayn.model.count_parameters",
+        "aiayn.model.make_model",
+        "aiayn.model.Transformer",
+    ],
+)
+def _tying_saves_checks():
+    def agrees(f, call):
+        from aiayn.model import TransformerConfig, parameter_count
+
+        rng = _rng("tying_saves")
+        for V, d_model in [(32000, 1024)] + [(rng.randint(1000, 60000), 8 * rng.randint(8, 128)) for _ in range(3)]:
+            c = TransformerConfig(vocab_size=V, d_model=d_model)
+            _whole(
+                call(f, V, d_model),
+                parameter_count(c.replace(tie_weights=False)) - parameter_count(c),
+                f"tying_saves({V}, {d_model})",
+                [
+                    (V * d_model, "that is one table; tying replaces three (source, target, pre-softmax) by one"),
+                    (3 * V * d_model, "that is all three tables; the one they share remains"),
+                ],
+            )
+
+    return [("agrees", "what parameter_count says tying saves, for the big model and three sizes drawn", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -680,6 +892,195 @@ def _positional_checks():
         ("reference", "equals the layout for a max_len and d_model drawn at random", 2, reference),
         ("norm", "norm sqrt(d_model / 2) at every position", 1, norm),
     ]
+
+
+@_assignment(
+    "fit_shift",
+    "The shift matrix by least squares (§3.5)",
+    "positional_encoding",
+    ["fit_shift"],
+    "fit_shift(k, d_model) -> (d_model, d_model), the M minimising the sum over positions 0 ... 1999 of "
+    "|PE[pos + k] - M PE[pos]|^2",
+    ["aiayn.positional.shift_matrix"],
+)
+def _fit_shift_checks():
+    def agrees(f, call):
+        from aiayn.positional import shift_matrix
+
+        rng = _rng("fit_shift")  # up to d_model 16 the slowest clocks turn enough in 2000 positions (the exercise)
+        for k, d_model in [(3, 16), (rng.randint(1, 40), 2 * rng.randint(2, 8))]:
+            want = shift_matrix(k, d_model)
+            _close(
+                call(f, k, d_model),
+                want,
+                f"fit_shift({k}, {d_model}) against shift_matrix({k}, {d_model}), to 1e-4",
+                rtol=0.0,
+                atol=1e-4,
+                hints=[(want.T, "that is M transposed: solving rows of the table, X M^T = Y, gives M^T")],
+            )
+
+    return [("agrees", "recovers shift_matrix(k, d_model), for the chapter's pair and one drawn at random", 1, agrees)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# §3.1 the model: the parameters of a decoder layer, and what pre-LN adds
+# ----------------------------------------------------------------------------------------------------------
+
+
+@_assignment(
+    "decoder_layer_params",
+    "The parameters of a decoder layer, by hand (§3.1)",
+    "model",
+    ["decoder_layer_params"],
+    "decoder_layer_params(d_model, d_ff, h, d_k) -> int, the parameters of one DecoderLayer, as a formula",
+    ["aiayn.model.DecoderLayer", "aiayn.model.count_parameters", "aiayn.model.parameter_count"]
+    + ["aiayn.multi_head.MultiHeadAttention", "aiayn.feed_forward.PositionwiseFeedForward"],
+)
+def _decoder_layer_params_checks():
+    def agrees(f, call):
+        from aiayn.model import DecoderLayer, TransformerConfig, count_parameters
+
+        rng = _rng("decoder_layer_params")
+        sizes = [(512, 2048, 8, 48)]  # the chapter's
+        sizes += [(d_model, rng.randint(16, 4096), h, d_k) for d_model, h, d_k in [_sizes(rng) for _ in range(2)]]
+        for d_model, d_ff, h, d_k in sizes:
+            attention, ffn, norm = _projections(d_model, h, d_k), 2 * d_model * d_ff + d_ff + d_model, 2 * d_model
+            c = TransformerConfig(d_model=d_model, d_ff=d_ff, h=h, d_k=d_k)
+            _whole(
+                call(f, d_model, d_ff, h, d_k),
+                count_parameters(DecoderLayer(c)),
+                f"decoder_layer_params({d_model}, {d_ff}, {h}, {d_k})",
+                [
+                    (2 * attention + ffn + 2 * norm, "two LayerNorms counted; there are three, one per sublayer"),
+                    (2 * attention + ffn, "the three LayerNorms (a gain and a bias of d_model each) are missing"),
+                    (
+                        attention + ffn + 2 * norm,
+                        "that is an encoder layer; a decoder layer has a second attention block, over the "
+                        "encoder's output, and a third LayerNorm",
+                    ),
+                    (attention + ffn + 3 * norm, "one attention block counted; there are two (self, then encoder)"),
+                    (
+                        2 * _projections(d_model, h, d_k, biases=False) + 2 * d_model * d_ff + 3 * norm,
+                        "the biases of the projections are missing",
+                    ),
+                    (
+                        2 * _projections(d_model, 1, d_model) + ffn + 3 * norm,
+                        f"that counts h * d_k as d_model; here h * d_k = {h * d_k}, d_model = {d_model}",
+                    ),
+                ],
+            )
+
+    return [("agrees", "the parameters of a DecoderLayer, for the chapter's sizes and two drawn at random", 1, agrees)]
+
+
+@_assignment(
+    "pre_ln_extra_parameters",
+    "What pre-LN adds (§3.1)",
+    "model",
+    ["pre_ln_extra_parameters"],
+    "pre_ln_extra_parameters() -> int, the parameters a pre-LN base model has beyond the post-LN one, as the "
+    "explanation of the number computes it",
+    ["aiayn.model.parameter_count", "aiayn.model.count_parameters"],
+)
+def _pre_ln_checks():
+    def agrees(f, call):
+        from aiayn.model import PRESETS, parameter_count
+
+        base = PRESETS["base"]
+        want = parameter_count(base.replace(norm_first=True)) - parameter_count(base)
+        _whole(
+            call(f),
+            want,
+            "the parameters norm_first=True adds to the base model",
+            [
+                (0, "pre-LN moves each sublayer's LayerNorm in front of it: a stack's output is left unnormalised"),
+                (want // 2, "that is half: count both stacks, and both a LayerNorm's gain and its bias"),
+                (want // 4, "that is a quarter: count both stacks, and both a LayerNorm's gain and its bias"),
+                (
+                    5 * base.N * want // 2,  # 2 sublayers in an encoder layer, 3 in a decoder layer
+                    "that is a LayerNorm per sublayer, which post-LN has too: count only what norm_first adds",
+                ),
+            ],
+        )
+
+    return [("agrees", "the parameters norm_first=True adds to the base model", 1, agrees)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# §4 why self-attention: a band mask, and the reach of causal convolutions
+# ----------------------------------------------------------------------------------------------------------
+
+
+@_assignment(
+    "band_mask",
+    "Restricted self-attention as a mask (§4)",
+    "why_self_attention",
+    ["band_mask"],
+    "band_mask(n, r) -> bool (n, n), True where |i - j| <= (r - 1)/2: position i may attend to position j",
+    ["aiayn.complexity.RestrictedSelfAttention"],
+)
+def _band_mask_checks():
+    torch = _torch()
+
+    def band(n, w):  # |i - j| <= w: RestrictedSelfAttention(2w + 1)'s window, the reference
+        i = torch.arange(n)
+        return (i[:, None] - i[None, :]).abs() <= w
+
+    def agrees(f, call):
+        rng = _rng("band_mask")
+        sizes = [(n, rng.randint(0, n - 2)) for n in (rng.randint(4, 12) for _ in range(3))]  # bands narrower than n
+        n = rng.randint(2, 12)
+        sizes += [(n, rng.randint(n - 1, n + 1)), (1, 0)]  # a window over every position, and a single position
+        for n, r in [(n, 2 * w + 1) for n, w in sizes]:
+            got, want, what = call(f, n, r), band(n, (r - 1) // 2), f"band_mask({n}, {r})"
+            if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
+                raise Failed(
+                    f"{what}: expected a bool tensor of shape {tuple(want.shape)}, got "
+                    f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}"
+                )
+            if not torch.equal(got, want):
+                half, cause = next((w for w in range(n) if torch.equal(got, band(n, w))), None), ""
+                if half is not None:
+                    cause = f" (a band of half-width {half}, expected (r - 1)/2 = {(r - 1) // 2})"
+                elif torch.equal(got, want.tril()):
+                    cause = " (only positions j <= i: the window is centred on i, both sides)"
+                elif not got.any():
+                    cause = " (no position may attend to any, not even to itself, where |i - j| = 0 <= (r - 1)/2)"
+                raise Failed(f"{what}: {int((got != want).sum())} entries differ from the band{cause}")
+
+    return [("agrees", "True exactly where |i - j| <= (r - 1)/2, for n and r drawn at random", 1, agrees)]
+
+
+@_assignment(
+    "causal_layers_needed",
+    "The reach of causal convolutions (§4)",
+    "why_self_attention",
+    ["causal_layers_needed"],
+    "causal_layers_needed(j, k) -> int, the causal convolution layers of width k that output position i needs "
+    "to depend on input position i - j (at least 1)",
+    ["aiayn.complexity.layers_needed"],
+)
+def _causal_layers_checks():
+    def agrees(f, call):
+        rng = _rng("causal_layers_needed")
+        # the widths of the chapter's gradients, at the distances where a layer is added, then pairs drawn
+        cases = sorted({(j, k) for k in (2, 3, 4) for j in (0, 1, k - 1, k, 2 * k - 2, 2 * k - 1)})
+        cases += [(rng.randint(0, 400), rng.randint(2, 9)) for _ in range(8)]
+        for j, k in cases:
+            want = max(1, math.ceil(j / (k - 1)))  # L layers reach L (k - 1) positions back
+            _whole(
+                call(f, j, k),
+                want,
+                f"causal_layers_needed({j}, {k})",
+                [
+                    (0, "at least 1: the output depends on input position i itself through one layer"),
+                    (math.ceil(j / k), "a causal kernel of width k reaches k - 1 positions back, not k"),
+                    (j // (k - 1), "rounded down: a layer short of the distance does not reach it"),
+                    (math.ceil(2 * j / (k - 1)), "that is a centred kernel's count; a causal one reaches k - 1 back"),
+                ],
+            )
+
+    return [("agrees", "the layers needed for distances j and widths k, a grid and pairs drawn at random", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -835,6 +1236,35 @@ def _accumulation_checks():
         ("per_update", "schedule stepped once per optimizer update, not per micro-batch", 3, per_update),
         ("averaged", "gradients averaged over an update's micro-batches, then zeroed", 2, averaged),
     ]
+
+
+@_assignment(
+    "peak",
+    "The schedule's peak in closed form (§5.3)",
+    "training",
+    ["peak"],
+    "peak(d_model, warmup, factor) -> float, the largest value of rate(step, d_model, warmup, factor) over all steps",
+    ["aiayn.training.rate"],
+)
+def _peak_checks():
+    def agrees(f, call):
+        from aiayn.training import rate
+
+        for k in range(4):
+            rng = _rng("peak", k)
+            d_model, warmup, factor = rng.randint(16, 2048), rng.randint(100, 16000), round(rng.uniform(0.5, 4), 2)
+            want = max(rate(s, d_model, warmup, factor) for s in (warmup - 1, warmup, warmup + 1))  # it peaks there
+            got, what = float(call(f, d_model, warmup, factor)), f"peak({d_model}, {warmup}, {factor})"
+            if not math.isclose(got, want, rel_tol=1e-6):
+                causes = [
+                    (want / factor, "factor is not applied"),
+                    (want / warmup, "that is the warmup's slope; the peak is the rate at step = warmup"),
+                    (want * math.sqrt(d_model), "d_model^-0.5 is missing"),
+                ]
+                cause = next((f": {why}" for wrong, why in causes if math.isclose(got, wrong, rel_tol=1e-6)), "")
+                raise Failed(f"{what}: {_relative(got, want)}{cause}")
+
+    return [("agrees", "the largest value of rate, for settings drawn at random", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1000,6 +1430,67 @@ def _label_smoothing_checks():
         ("reference", "equals the smoothed loss for two settings", 2, reference),
         ("plain", "eps_ls = 0 is the summed cross-entropy", 1, plain),
     ]
+
+
+@_assignment(
+    "kl_smoothed",
+    "Label smoothing as a KL divergence (§5.4)",
+    "training",
+    ["kl_smoothed"],
+    "kl_smoothed(logits, target, eps_ls=0.1, pad_id=0) -> the KL divergence from the book's smoothed target q "
+    "(LabelSmoothingLoss.target_distribution) to softmax(logits), summed over the non-pad positions",
+    # none: the exercise builds on LabelSmoothingLoss, and its result differs from the loss's by H(q)
+)
+def _kl_smoothed_checks():
+    torch = _torch()
+
+    def data(k):
+        rng = _rng("kl_smoothed", k)
+        V, pad = rng.randint(6, 30), rng.randrange(6) if k else 0
+        g = torch.Generator().manual_seed(SEED + k)
+        logits = 3 * torch.randn(rng.randint(2, 3), rng.randint(3, 7), V, generator=g)
+        target = torch.tensor([[rng.choice([t for t in range(V) if t != pad]) for _ in row] for row in logits[..., 0]])
+        target[0, -rng.randint(1, 2) :] = pad  # a sentence ends in padding
+        return logits, target, ((round(rng.uniform(0.05, 0.3), 3), pad) if k else ())  # k = 0: the defaults
+
+    def q(target, V, eps=0.1, pad=0, rows=True):
+        """The book's smoothed target, float64; ``rows=False``: with the padding positions' rows left in."""
+        from aiayn.training import LabelSmoothingLoss
+
+        dist = LabelSmoothingLoss(eps, pad).target_distribution(target, V).double()
+        if not rows:
+            dist = torch.full_like(dist, eps / (V - 2)).index_fill(-1, torch.tensor([pad]), 0.0)
+            dist.scatter_(-1, target[..., None], 1.0 - eps)
+        return dist
+
+    def kl(logits, q):
+        return (torch.xlogy(q, q) - q * logits.double().log_softmax(-1)).sum()
+
+    def agrees(f, call):
+        for k in range(2):
+            logits, target, settings = data(k)
+            V, eps, pad = logits.size(-1), *(settings or (0.1, 0))
+            target_q, logp = q(target, V, eps, pad), logits.double().log_softmax(-1)
+            want = kl(logits, target_q)
+            what = f"eps_ls {eps}, pad_id {pad}, V {V}" + (" (the defaults)" if not settings else "")
+            _close(
+                call(f, logits.clone(), target.clone(), *settings),
+                want,
+                what,
+                hints=[
+                    (-(target_q * logp).sum(), "that is the cross-entropy, larger than the KL divergence by H(q)"),
+                    (
+                        (torch.xlogy(target_q, target_q) - target_q * logits.double()).sum(),
+                        "F.kl_div takes log-probabilities: pass logits.log_softmax(-1), not the logits",
+                    ),
+                    (want / logits.size(0), "reduction='batchmean' divides by the batch size; the loss is summed"),
+                    (want / logits.numel(), "reduction='mean' averages over every entry; the loss is summed"),
+                    (kl(logits, q(target, V, 0.1, pad)), "eps_ls is ignored: that is the KL for eps_ls = 0.1"),
+                    (kl(logits, q(target, V, eps, pad, rows=False)), "padding positions must not contribute"),
+                ],
+            )
+
+    return [("agrees", "the summed KL divergence, for the defaults and settings drawn at random", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -63,22 +62,25 @@ MAX_FILE = 64 << 20  # bytes: a submission holding a larger file is not graded (
 # ----------------------------------------------------------------------------------------------------------
 
 
-def odd_files(folder: Path) -> list[str]:
+def odd_files(folder: Path, within: Path | None = None) -> list[str]:
     """Why a submission folder cannot be graded without reading outside it, or within its limits: its symbolic links,
-    hard links, files that are not regular files (devices, pipes, sockets) and files over ``MAX_FILE`` bytes. Nothing
-    is followed or opened."""
+    hard links to a file outside ``within`` (the folder itself, or the course's submissions: which of two submissions
+    that share a file made the link cannot be told), files that are not regular files (devices, pipes, sockets) and
+    files over ``MAX_FILE`` bytes. Nothing is followed or opened."""
     folder, problems = Path(folder), []
     if folder.is_symlink() or folder.parent.is_symlink():
         return [f"{folder.name} is a symbolic link"]
     if len(found := _listing(folder)) > 10_000:
         return ["it holds over 10,000 files and folders"]
-    for kind, links, size, _, name in found:
+    linked = any(kind == "f" and links > 1 for kind, links, *_ in found)  # the files of within that share its data:
+    inside = [e[4] for e in (_listing(within) if linked and within else found) if e[0] == "f"]
+    for kind, links, size, _, inode, name in found:
         if kind == "l":
             problems.append(f"{name} is a symbolic link")
         elif kind not in ("f", "d"):
             problems.append(f"{name} is not a regular file (a device, a pipe or a socket)")
-        elif kind == "f" and links > 1:
-            problems.append(f"{name} is a hard link, to a file that may lie outside the submission")
+        elif kind == "f" and links > 1 and links > inside.count(inode):
+            problems.append(f"{name} is a hard link, to a file outside the submissions")
         elif size > MAX_FILE:
             problems.append(f"{name} is over {MAX_FILE >> 20} MiB, the most a file of a submission may hold")
         elif name.count("/") >= 64:  # past what copying it into the kernel's folder walks
@@ -87,12 +89,12 @@ def odd_files(folder: Path) -> list[str]:
     return problems or [f"its files hold over {MAX_FILE >> 20} MiB in all"] * (total > MAX_FILE)
 
 
-def _listing(folder: Path) -> list[tuple[str, int, int, int, str]]:
-    """(kind, links, bytes, bytes on disk, path inside ``folder``) of everything in it, sorted by path: read by find,
-    which follows no link, opens nothing and walks a folder nested at any depth."""
-    found = subprocess.run(["find", "-P", folder, "-mindepth", "1", "-printf", "%y %n %s %b %P\\0"], **QUIET).stdout
-    entries = [os.fsdecode(entry).split(" ", 4) for entry in found.split(b"\0")[:-1]]
-    return sorted(((k, int(n), int(size), 512 * int(b), name) for k, n, size, b, name in entries), key=lambda e: e[4])
+def _listing(folder: Path) -> list[tuple[str, int, int, int, int, str]]:
+    """(kind, links, bytes, bytes on disk, inode, path inside ``folder``) of everything in it, sorted by path: read by
+    find, which follows no link, opens nothing, stays on one file system and walks a folder nested at any depth."""
+    found = subprocess.run(["find", "-P", folder, "-xdev", "-printf", "%y %n %s %b %i %P\\0"], **QUIET).stdout
+    entries = [os.fsdecode(entry).split(" ", 5) for entry in found.split(b"\0")[1:-1]]  # (the folder itself first)
+    return sorted([(k, int(n), int(s), 512 * int(b), int(i), p) for k, n, s, b, i, p in entries], key=lambda e: e[5])
 
 
 def refuse_odd_submissions() -> None:
@@ -104,7 +106,7 @@ def refuse_odd_submissions() -> None:
     original = Autograde.init_assignment
 
     def init_assignment(self, assignment_id, student_id):
-        if problems := odd_files(Path(self._format_source(assignment_id, student_id))):
+        if problems := odd_files(folder := Path(self._format_source(assignment_id, student_id)), folder.parents[1]):
             with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:  # in `nbgrader export`, with 0
                 gb.update_or_create_student(student_id)
             raise ValueError(f"{student_id}/{assignment_id} not graded: {'; '.join(problems[:3])}")
@@ -123,7 +125,8 @@ def restore(nb, source) -> list[str]:
     place; return a line per kind of change. A cell whose grade id the instructor's copy lacks, or a second copy of one,
     becomes an ordinary cell; a known cell gets the instructor's metadata; a cell without metadata whose source is a
     read-only or graded cell's is recognised by its source; a graded cell missing from the submission is appended at
-    the end. nbgrader's OverwriteCells then restores the source of read-only and graded cells from the gradebook."""
+    the end, and a read-only one is named. nbgrader's OverwriteCells then restores the source of read-only and graded
+    cells from the gradebook."""
     known = {c.name: c for c in source.source_cells}
     points, solutions = {c.name: c.max_score for c in source.grade_cells}, {c.name for c in source.solution_cells}
     by_source = {c.source.strip(): c.name for c in known.values() if c.locked and c.source.strip()}
@@ -132,7 +135,7 @@ def restore(nb, source) -> list[str]:
         meta = {"grade": name in points, "grade_id": name, "locked": known[name].locked, "schema_version": 3}
         return meta | {"solution": name in solutions} | ({"points": points[name]} if name in points else {})
 
-    present, dropped, recognised, changed = {}, [], 0, []
+    present, dropped, recognised, changed = {}, [], [], []
     for cell in nb.cells:
         cell.metadata.pop("aiayn", None)  # only the grader writes what the report reads
         name = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -144,25 +147,26 @@ def restore(nb, source) -> list[str]:
     for cell in nb.cells:
         name = by_source.get(cell.source.strip())
         if "nbgrader" not in cell.metadata and name is not None and name not in present:
-            present[name], recognised = cell, recognised + 1
+            present[name], recognised = cell, recognised + [name]
     for name, cell in present.items():
         old = {k: v for k, v in cell.metadata.get("nbgrader", {}).items() if k not in ("checksum", "cell_type")}
         changed += [name] if old and old != metadata(name) else []
         cell.metadata["nbgrader"] = metadata(name)
     edited = [n for n, c in present.items() if known[n].locked and c.source.strip() != known[n].source.strip()]
     missing = [name for name in points if name not in present]
-    for name in missing:
-        new = getattr(nbformat.v4, f"new_{known[name].cell_type}_cell")(known[name].source)
-        new.metadata["nbgrader"] = metadata(name)
-        nb.cells.append(new)
+    absent = [name for name, c in known.items() if c.locked and name not in present and name not in points]
+    for name in missing:  # (a copy of the instructor's cell)
+        nb.cells.append(getattr(nbformat.v4, f"new_{known[name].cell_type}_cell")(known[name].source))
+        nb.cells[-1].metadata["nbgrader"] = metadata(name)
     notes = [
         (dropped, "cell(s) marked as nbgrader cells the assignment lacks, or copies ({}): run as ordinary cells"),
         (changed, "cell(s) whose nbgrader metadata differ from the instructor's copy ({}): restored"),
         (edited, "read-only or graded cell(s) edited ({}): the instructor's source runs instead"),
         (missing, "graded cell(s) missing from the submission ({}): appended at the end"),
+        (absent, "read-only cell(s) of the book missing from the submission ({}): not run"),
+        (recognised, "cell(s) without nbgrader metadata recognised by their source ({})"),
     ]
-    lines = [f"{len(names)} {text.format(', '.join(names))}" for names, text in notes if names]
-    return lines + ([f"{recognised} cell(s) without nbgrader metadata recognised by their source"] * (recognised > 0))
+    return [f"{len(names)} {text.format(', '.join(names))}" for names, text in notes if names]
 
 
 class RestoreCells(NbGraderPreprocessor):
@@ -275,19 +279,43 @@ def _written_out(node) -> bool:
     return not computed and any(v not in (0, 1) for v in numbers) and (table or isinstance(node, ast.Return))
 
 
-def suspect(source: str, modules=(), book=()) -> list[str]:
+def _root(node) -> str | None:
+    """The name an expression starts from: ``layer`` in ``layer(x).pe[0]``."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        node = getattr(node, "func", getattr(node, "value", None))
+    return getattr(node, "id", None)
+
+
+def _type_of(node) -> bool:
+    """``type(x)``."""
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "type" and len(node.args) == 1
+
+
+def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
     student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
     function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
-    that the function reads)."""
+    that the function reads), and ``built``: what the book's cells built with that code (``layer``), named as a
+    variable. A name that is a function's own (a parameter, a local), or that the cell has assigned at its top level
+    by then, is the student's."""
     found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
     # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
     stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
     free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    methods = {c.name: c.body for c in nodes if isinstance(c, ast.ClassDef)}  # self and cls are exempt in its methods
+    inside = {id(m) for body in methods.values() for f in body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
+    own, bound = set(), {}  # a name's uses where it is a function's own; the line where the cell's top level binds it
+    for inner in [list(ast.walk(f)) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]:
+        local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)}
+        local -= {g for m in inner if isinstance(m, (ast.Global, ast.Nonlocal)) for g in m.names}
+        own |= {id(m) for m in inner if getattr(m, "id", None) in local}
+    for statement in nodes[0].body if nodes else []:
+        for t in getattr(statement, "targets", [statement]):
+            bound.setdefault(getattr(t, "id", getattr(t, "name", None)), statement.end_lineno)
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
             found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
@@ -299,9 +327,15 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
                 found.append("getattr with a computed name")
             elif name in SUSPECT_ATTRIBUTES | book or name.startswith("_"):  # read like the attribute itself
                 found.append(f".{name}")
+        elif isinstance(n, ast.Attribute) and n.attr in [
+            getattr(f, "name", 0) for f in methods.get(getattr(n.value, "id", 0), [])
+        ]:
+            found.append(f"{n.value.id}.{n.attr} (a method taken from its class: its self may be any object)")
+        elif _type_of(getattr(n, "func", None)) or isinstance(n, (ast.Attribute, ast.Assign)) and _type_of(n.value):
+            found.append("an object's class (type(...)) called, read or kept")  # type(layer)(...): a chapter's class
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
-            if n.attr != "__init__" or getattr(getattr(n.value, "func", None), "id", "") != "super":
-                found += [] if (n.attr, getattr(n.value, "id", "")) == ("compile", "re") else [f".{n.attr}"]
+            if (n.attr, _root(n.value)) not in {("__init__", "super"), ("compile", "re")}:  # super().__init__, re's
+                found.append(f".{n.attr}")
         elif (named := getattr(n, "attr", getattr(n, "id", getattr(n, "name", None)))) in PYTORCHS:
             found.append(f"PyTorch's own {named}")
         elif isinstance(n, ast.keyword) and n.arg == "label_smoothing":  # PyTorch's own (F.cross_entropy)
@@ -315,10 +349,10 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
         elif (
             isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"[(=]", n.value) and _nodes(n.value)
         ):
-            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book)]  # for timeit, exec, ...
+            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built)]  # (timeit, exec)
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+        elif isinstance(n, IMPORTS):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
@@ -328,16 +362,13 @@ def suspect(source: str, modules=(), book=()) -> list[str]:
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root, chain = root.value, chain + [root]
             name, attribute = getattr(root, "id", None), any(isinstance(x, ast.Attribute) for x in chain)
-            if chain and (name in MODULES | set(modules) | {None} or attribute and name not in ("self", "cls")):
+            mine = name in ("self", "cls") and id(target) in inside  # an attribute of the method's own object
+            if chain and (name in MODULES | set(modules) | {None} or attribute and not mine):
                 found.append(f"a change to {ast.unparse(target)}")
-        if (getattr(n, "id", None) or getattr(n, "attr", None)) in book:
-            found.append(f"the book's {getattr(n, 'id', None) or n.attr}")
+        named = n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None)
+        if (named in book or named in built and isinstance(n, ast.Name)) and type(getattr(n, "ctx", 0)) is ast.Load:
+            found += [f"the book's {named}"] * (id(n) not in own and n.lineno <= bound.get(named, n.lineno))
     return sorted({x for x in found if x.removesuffix(" (in a string of code)") not in set(found) - {x}})
-
-
-def _top(source: str) -> list:
-    """The top-level statements of a cell, read past its magic lines ([] when it is not Python)."""
-    return (_nodes(source, magics=True) or [ast.Module(body=[])])[0].body
 
 
 def _tokens(node) -> list[str]:
@@ -371,9 +402,9 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
         for name, b in refs.items():
             least = NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY
             match = difflib.SequenceMatcher(None, a, b, autojunk=False)
-            if min(len(a), len(b)) <= SHORT or match.real_quick_ratio() < least or match.quick_ratio() < least:
-                continue  # too short, or too unlike in length or tokens to reach the share (bounds of ratio())
-            if (share := match.ratio()) >= least:
+            # long enough, and alike enough in length and tokens to reach the share (bounds of ratio(), which is costly)
+            near = min(len(a), len(b)) > SHORT and match.real_quick_ratio() >= least and match.quick_ratio() >= least
+            if near and (share := match.ratio()) >= least:
                 found[name] = max(found.get(name, 0), share)
     return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()]
 
@@ -386,13 +417,12 @@ def references(assignments, solutions: list[str]) -> dict[str, object]:
     found = {}
     for path in [path for a in assignments for path in a.references]:
         try:
-            source = inspect.getsource(kernel.reference_source(path)[2])
+            source = inspect.getsource(kernel.reference_source(path)[1])
         except (OSError, TypeError):  # written in C
             continue
         found |= {path: n for n in _nodes(source)[1:2] if isinstance(n, DEFINITIONS)}
-    for n in [n for source in solutions for n in _nodes(source) if isinstance(n, DEFINITIONS)]:
-        found[f"the book's solution ({n.name})"] = n
-    return found
+    solved = [n for source in solutions for n in _nodes(source) if isinstance(n, DEFINITIONS)]
+    return found | {f"the book's solution ({n.name})": n for n in solved}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -449,9 +479,8 @@ class SandboxKernelManager(AsyncKernelManager):
         self.context = zmq.asyncio.Context()  # its sockets refuse a message over MAX_MESSAGE bytes
         self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
         self.context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)  # messages waiting to be read: at most this many
-        self.sandbox_dir = Path(tempfile.mkdtemp(prefix="aiayn-kernel-"))
+        self.sandbox_dir, self.disk_full = Path(tempfile.mkdtemp(prefix="aiayn-kernel-")), False  # (the disk watch's)
         self.uid = FIRST_UID + secrets.randbelow(1 << 30)  # a user id of its own: the process limit counts per user
-        self.disk_full = False  # set when _watch_disk kills the kernel
         if self.sandbox:
             self.transport, self.ip = "ipc", str(self.sandbox_dir / "kernel-ipc")
             self.connection_file = str(self.sandbox_dir / "kernel.json")
@@ -487,7 +516,8 @@ class SandboxKernelManager(AsyncKernelManager):
         # its output capped (kernel.load_ipython_extension), and what it writes to its file descriptors 1 and 2 (which
         # ipykernel echoes) kept from the grader's own terminal
         cmd = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "kernel", *cmd, "--IPKernelApp.extensions=aiayn.course.kernel"]
-        limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}", "--"]
+        limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}"]
+        limits += ["--nofile=256", "--"]  # open files: each deleted while open keeps its disk space unseen
         if not self.sandbox:
             return limits + cmd
         cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
@@ -514,12 +544,12 @@ class SandboxKernelManager(AsyncKernelManager):
         box += [a for p in (course / "kernel.py", course / "inputs.py") for a in ("--ro-bind", str(p), str(p))]
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
-        box += ["--clearenv"]  # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
         env |= {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "USER": "student", "LOGNAME": "student"}
         env |= {"TMPDIR": "/tmp", "PYTHONSAFEPATH": 1}  # no module of its own folder stands in for the book's ones
         env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
-        box += [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
+        # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
+        box += ["--clearenv"] + [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
         return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
 
 
@@ -544,12 +574,11 @@ class Execute(NbGraderExecute):
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
     max_stuck = Integer(16, help="statements skipped at most before a notebook is not graded").tag(config=True)
     notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
-    cell_output = Integer(100_000, help="characters of output kept per cell").tag(config=True)
-    notebook_output = Integer(1_000_000, help="characters of output kept per notebook").tag(config=True)
+    cell_output = Integer(500_000, help="characters of output kept per cell").tag(config=True)
+    notebook_output = Integer(2_000_000, help="characters of output kept per notebook").tag(config=True)
     book_cell_output = Integer(2_000_000, help="the same per book cell, apart from the notebook's").tag(config=True)
 
     kernel_manager_class = SandboxKernelManager
-    _call_timeout = None
     raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
 
     def preprocess(self, nb, resources=None, km=None):
@@ -559,7 +588,7 @@ class Execute(NbGraderExecute):
         self._flag(nb, resources, ASSIGNMENTS)
         self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, []
         while True:
-            self._out, self._cell, self._stmt = {}, None, None
+            self._out, self._cell, self._stmt, self._call_timeout = {}, None, None, None
             try:
                 return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
@@ -601,24 +630,20 @@ class Execute(NbGraderExecute):
         trees = [n for c in mine if time.monotonic() < deadline for n in _nodes(c.source, magics=True)]
         modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
         book = {p.split(".")[2] for a in graded for p in assignments[a].references if p[:6] == "aiayn."}  # not torch's
-        self._defined, named = {}, set()  # the book's cells' definitions (with their cell, for the call watch), imports
+        built, self._defined = set(), {}  # built with the book's code; the book's definitions (for the call watch)
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
             text = TransformerManager().transform_cell(c.source)  # as the kernel runs it
-            for n in _top(text):
+            for n in (_nodes(text) or [ast.Module([])])[0].body:
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
-                named |= {(a.asname or a.name).split(".")[0] for a in n.names} if isinstance(n, IMPORTS) else set()
-        named |= set(self._defined)
+                # what a book's cell builds with the book's code (layer = PositionalEncoding(...)) is the book's too
+                uses = {m.id for m in ast.walk(n) if isinstance(m, ast.Name)} if isinstance(n, DEFINITIONS) else set()
+                if _root(getattr(n, "value", None)) in book | built or uses & (book | built):
+                    built |= {getattr(t, "id", getattr(t, "name", "")) for t in getattr(n, "targets", [n])} - {""}
         for cell in mine:
             if time.monotonic() > deadline:  # (a cell longer than FLAG_CHARS is code the flags cannot read)
                 cell.metadata.setdefault("aiayn", {})["flags"] = [LATE]
                 continue
-            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book)] if found]
-            # what the cell defines or assigns at its top level, which the book's cells and test cells would then use
-            top = _top(cell.source)
-            mine_named = {n.name for n in top if isinstance(n, DEFINITIONS)}  # or one imported under a book's name:
-            mine_named |= {a.asname for n in top if isinstance(n, IMPORTS) for a in n.names} & {*self._defined}
-            mine_named |= {t.id for n in top for t in getattr(n, "targets", []) if isinstance(t, ast.Name)}
-            flags += [f"redefines the book's {', '.join(sorted(named & mine_named))}"] * bool(named & mine_named)
+            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book, built)] if found]
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs, deadline):
                 cell.metadata.setdefault("aiayn", {})["flags"] = flags
@@ -635,15 +660,14 @@ class Execute(NbGraderExecute):
         if time.monotonic() > self._deadline:
             why = f"not run: the notebook ran past its time limit ({self.notebook_seconds:g} s)"
             cell.outputs = [_error_output("NotebookTimeLimit", why)]
-        elif meta.get("grade") and meta.get("grade_id") in self._checks:
+        elif meta.get("grade") and meta.get("grade_id") not in self._checks:  # no graded cell runs in the kernel
+            cell.outputs = [_error_output("Failed", "no check of the course grades this cell (see checks.py)")]
+        elif meta.get("grade"):
             self._check_cell(cell, index, *self._checks[meta["grade_id"]])
         elif (index, None) in self._skipped:
             resources = self._by_statement(cell, resources, index)
         else:
             cell, resources = super().preprocess_cell(cell, resources, index)
-        for i, out in enumerate(cell.outputs if meta.get("grade") else []):  # a graded cell's values, never its points
-            if out.output_type == "execute_result":  # (nbgrader reads the first as partial credit, or as full marks)
-                cell.outputs[i] = nbformat.v4.new_output("display_data", data=out.data, metadata=out.metadata)
         if cut := self._out.get(("cut", index)):  # for the report, which never reads the text a cell printed
             cell.metadata.setdefault("aiayn", {})["cut"] = cut
         self.nb.cells[index] = cell  # the cell as graded (nbclient leaves the last code it ran for this index here)
@@ -670,8 +694,7 @@ class Execute(NbGraderExecute):
                 why = f"lines {first}-{last} of cell {index} {self._skipped[(index, j)]}: skipped, the rest ran"
                 outputs.append(_error_output("CellStopped", why))
                 continue
-            part = copy.deepcopy(cell)
-            part.source = "".join(lines[first - 1 : last])
+            part = nbformat.v4.new_code_cell("".join(lines[first - 1 : last]), metadata=cell.metadata)
             part, resources = super().preprocess_cell(part, resources, index)
             outputs += part.outputs
         cell.outputs = outputs
@@ -696,8 +719,8 @@ class Execute(NbGraderExecute):
         data in a file of the kernel's folder (only tensors, numbers, strings and containers of them can be read)."""
         import torch
 
-        request["answer"] = path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
-        request["defined"] = self._defined  # the chapter's own definitions, which the call watch also looks for
+        path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
+        request |= {"answer": path, "defined": self._defined}  # (the chapter's definitions, for the call watch)
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         # a fresh copy of the module that answers, run from its file: not the one a submission may have patched
@@ -712,9 +735,8 @@ class Execute(NbGraderExecute):
         try:
             if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
                 return {**kernel.NO_ANSWER, "timeout": True}
-            # a regular file that the kernel wrote, never a link or a pipe put in its place
+            # the file that the kernel wrote, never a link put in its place (nor a pipe: a zip is read from its end)
             with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
-                assert stat.S_ISREG(os.fstat(file.fileno()).st_mode)
                 with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it: nothing to inflate
                     assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
                 file.seek(0)
@@ -871,7 +893,7 @@ def _cell_lines(nb) -> list[str]:
 
 def _not_graded(submitted: Path) -> str:
     """Why a submission has no graded notebook."""
-    if problems := odd_files(submitted.parent):
+    if problems := odd_files(submitted.parent, submitted.parents[2]):
         return problems[0]
     try:
         nbformat.read(submitted, as_version=4)
@@ -882,11 +904,14 @@ def _not_graded(submitted: Path) -> str:
     return "see nbgrader autograde's log"
 
 
-def _beside(root: Path, student: str, assignment: str) -> list[str]:
-    """The files a submission holds beside its notebooks that the released assignment does not."""
-    folder, release = root / "submitted" / student / assignment, root / "release" / assignment
-    found = [name for kind, *_, name in _listing(folder) if kind == "f" and not name.endswith(".ipynb")]
-    return [name for name in found if not (release / name).is_file()]
+def _beside(folder: Path, release: Path) -> list[str]:
+    """Flags on the files of a submission's folder: those beside its notebooks that the released assignment lacks
+    (code or data that no flag reads), and hard links (shared with another submission: the others are refused)."""
+    found = [(name, links) for kind, links, *_, name in _listing(folder) if kind == "f"]
+    extra = [name for name, _ in found if not name.endswith(".ipynb") and not (release / name).is_file()]
+    shared = [name for name, links in found if links > 1]
+    flags = [f"files beside the notebook ({', '.join(extra[:5])}): read them"] * bool(extra)
+    return flags + [f"{', '.join(shared[:5])}: a hard link, shared with another submission"] * bool(shared)
 
 
 def report(root: Path, assignment: str) -> list[str]:
@@ -894,11 +919,10 @@ def report(root: Path, assignment: str) -> list[str]:
     then a line for each graded cell that lost its points (and why), each cell stopped by the time limit, each change
     the grader made to the submission's nbgrader metadata, and the reason a submission could not be graded."""
 
-    root = Path(root).resolve()
+    root, lines = Path(root).resolve(), []
     if not (root / "gradebook.db").exists() or not (root / "submitted").is_dir():
         why = f"run `nbgrader autograde {assignment}` there first, the submissions in submitted/<student>/{assignment}/"
         raise FileNotFoundError(f"no gradebook.db or no submitted/ in {root}: {why}")
-    lines = []
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         try:
             a = gb.find_assignment(assignment)
@@ -906,7 +930,7 @@ def report(root: Path, assignment: str) -> list[str]:
             names = ", ".join(x.name for x in gb.assignments) or "none"
             raise ValueError(f"the gradebook has no assignment {assignment!r}; it has {names}") from None
         students = sorted(p.name for p in (root / "submitted").iterdir() if (p / assignment).is_dir())
-        width = max([14] + list(map(len, students)))  # the points in one column
+        width, release = max([14] + list(map(len, students))), root / "release" / assignment  # points in one column
         for student in students:
             for name in sorted(nb.name for nb in a.notebooks):
                 graded = root / "autograded" / student / assignment / f"{name}.ipynb"
@@ -918,10 +942,7 @@ def report(root: Path, assignment: str) -> list[str]:
                 with contextlib.suppress(MissingEntry):
                     score = gb.find_submission_notebook(name, assignment, student).score
                 details = _cell_lines(nbformat.read(graded, as_version=4))
-                if extra := _beside(root, student, assignment):  # code or data that no flag reads
-                    details.append(f"FLAG files beside the notebook ({', '.join(extra[:5])}): read them")
-                if score > a.max_score:
-                    details.append(f"FLAG {score:g} points of {a.max_score:g}: the gradebook was changed")
+                details += [f"FLAG {x}" for x in _beside(root / "submitted" / student / assignment, release)]
                 lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
                 lines += [y for x in details for y in textwrap.wrap(x, 79, **INDENT)]
     # no terminal escapes, and no line break in a name (a student's folder, a file's): each line one of the report's

@@ -13,9 +13,11 @@ Not about the paper: the exercises live in the chapters (book/) and course/.
 
 import base64
 import contextlib
+import functools
 import importlib
 import io
 import os
+import pkgutil
 import signal
 import sys
 import threading
@@ -25,7 +27,7 @@ import types
 import torch
 
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
-MAX_OUTPUT = 2_000_000  # characters a kernel may print under the grader (it keeps 1,000,000 of a notebook)
+MAX_OUTPUT = 4_000_000  # characters a kernel may print under the grader (it keeps 2,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
@@ -77,10 +79,9 @@ def run(req: dict, namespace: dict) -> dict:
     watch = Watch(req["references"], namespace, req.get("defined"))
     start = time.perf_counter()
     try:
-        if init is not None and isinstance(f, type):  # a class: made with `init`, then called with the inputs
-            value = watch(lambda: f(*init)(*args, **kwargs), _seconds=req["seconds"])
-        else:
-            value = watch(f, *args, *(init or ()), _seconds=req["seconds"], **kwargs)
+        made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
+        call = (lambda: f(*init)(*args, **kwargs)) if made else (lambda: f(*args, *(init or ()), **kwargs))
+        value = watch(call, _seconds=req["seconds"])
         if req.get("grad") is not None:
             value = (value, torch.autograd.grad(value, args[req["grad"]])[0])
         if req.get("observe"):
@@ -90,8 +91,7 @@ def run(req: dict, namespace: dict) -> dict:
         late = isinstance(err, _Timeout) or time.perf_counter() - start >= req["seconds"]
         answer["timeout" if late else "error"] = True if late else ("KeyboardInterrupt", "raised by your code")
     except BaseException as err:  # the student's code raising (or exiting)
-        lines = str(err).strip().splitlines()
-        answer["error"] = (type(err).__name__, lines[0][:400] if lines else "")
+        answer["error"] = (type(err).__name__, (str(err).strip().splitlines() or [""])[0][:400])
     answer["calls"], answer["seconds"] = watch.hits, time.perf_counter() - start
     return answer
 
@@ -130,18 +130,11 @@ def to_data(x, depth: int = 0):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def reference_source(path: str) -> tuple[str, str, object]:
-    """(module, qualified name, object) of a dotted reference path such as ``aiayn.attention.attention``."""
-    for i in range(1, path.count(".") + 1):  # the longest module path first
-        module, qualname = path.rsplit(".", i)[0], ".".join(path.split(".")[-i:])
-        try:
-            obj = importlib.import_module(module)
-        except ImportError:  # not a module: a shorter path is
-            continue
-        for part in qualname.split("."):
-            obj = getattr(obj, part, None)
-        return module, qualname, getattr(obj, "__func__", obj)
-    raise ValueError(f"reference {path} not found")
+def reference_source(path: str) -> tuple[str, object]:
+    """(qualified name, object) of a dotted reference path such as ``aiayn.positional.PositionalEncoding.__init__``:
+    the name past its module ("PositionalEncoding.__init__"), as a notebook that defines it holds it."""
+    obj = pkgutil.resolve_name(path)
+    return path.removeprefix(f"{getattr(obj, '__module__', None)}."), getattr(obj, "__func__", obj)
 
 
 def _codes(obj) -> list:
@@ -179,11 +172,9 @@ class Watch:
         taken as the chapter's."""
         self.codes, self.operators, self.hits = {}, {}, []
         for path in references:
-            module, qualname, obj = reference_source(path)
-            mine = namespace
-            for part in qualname.split("."):
-                mine = mine.get(part) if isinstance(mine, dict) else getattr(mine, part, None)
-            mine = _codes(mine)
+            qualname, obj = reference_source(path)
+            first, *rest = qualname.split(".")  # the namespace's object of that name
+            mine = _codes(functools.reduce(lambda obj, part: getattr(obj, part, None), rest, namespace.get(first)))
             if defined is not None:  # the chapter's definition only if its code is the book's cell's
                 book = set()
                 with contextlib.suppress(SyntaxError):
@@ -206,8 +197,7 @@ class Watch:
             if event == "call" and id(frame.f_code) in self.codes:
                 self.hits.append(self.codes[id(frame.f_code)])
 
-        timer = _seconds > 0 and threading.current_thread() is threading.main_thread()
-        recorded = None
+        timer, recorded = _seconds > 0 and threading.current_thread() is threading.main_thread(), None
         try:
             with _operators() if self.operators else contextlib.nullcontext() as recorded:
                 if timer:  # started once the profiler runs: its start is not the student's time

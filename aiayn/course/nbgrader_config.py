@@ -25,8 +25,8 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
 DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second, each cell
-CELL_OUTPUT = 100_000  # characters of output kept per cell; the rest is cut, with a note
-NOTEBOOK_OUTPUT = 1_000_000  # characters of output kept per notebook
+CELL_OUTPUT = 500_000  # characters of output kept per cell (a figure of a few panels takes 200,000); the rest is cut
+NOTEBOOK_OUTPUT = 2_000_000  # characters of output kept per notebook
 BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from the notebook's
 
 # Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
