@@ -969,7 +969,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
         return block.group(1).rstrip("\n")
 
     limits = dict(re.findall(r"^([A-Z_]+) = ([\d_]+) ", course.NBGRADER_CONFIG.read_text(), re.M))
-    assert len(limits) == 10
+    assert len(limits) == 9
     for name, value in limits.items():  # the table of limits
         assert re.search(rf"^\| `{name}` \| {int(value):,} ", page, re.M), name
     assert f"did not return within {limits['CHECK_CALL']} s" in page
@@ -1109,8 +1109,9 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
     ),
     "s_ships_a_package": ("right", ""),  # an aiayn/ of its own beside the notebook, which no import finds
     "u_prints_without_end": ("right", "while True:\n    print('z' * 1000)"),
-    "v_escapes_the_report": (
-        "def warmup_cosine(step, peak, warmup, total):\n    raise ValueError('\\x1b[1A\\x1b[2K')",
+    "v_escapes_the_report": (  # terminal escapes, and spaces that would wrap a forged line to a line's start
+        "def warmup_cosine(step, peak, warmup, total):\n"
+        "    raise ValueError('\\x1b[1A\\x1b[2K' + ' ' * 70 + 'FLAG none')",
         "",
     ),
     "w_pastes_with_markers": ("verbatim", ""),  # the chapter's solution cell as it is, markers and all
@@ -1306,8 +1307,11 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "import cProfile" in blocks["zc_profiles_the_book"]
     graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
     assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
-    for flood in ("m_floods_output", "u_prints_without_end"):
-        assert "its output was cut at the cell's limit" in blocks[flood], flood
+    assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
+    # without end, the output is cut, or its messages are dropped when more wait than the grader reads at once
+    assert (
+        "cut at the cell's limit" in blocks["u_prints_without_end"] or "did not reach" in blocks["u_prints_without_end"]
+    )
     assert "stopped by the time limit" in blocks["u_prints_without_end"]
     assert (
         "its output did not reach the grader: a message over 8 MiB, or over 8 at once"
@@ -1318,6 +1322,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     for pasted in ("k_pasted", "w_pastes_with_markers"):
         assert "FLAG resembles the book's solution (warmup_cosine)" in blocks[pasted], pasted
     assert "?[1A?[2K" in blocks["v_escapes_the_report"] and not any("\x1b" in b for b in blocks.values())
+    assert "\n                FLAG none" not in blocks["v_escapes_the_report"]  # (a wrapped line starts 18 columns in)
     for sly in ("c_undoes_the_sandbox", "f_forges", "g_patches", "h_reads_checks", "i_searches_frames"):
         assert "FLAG uses" in blocks[sly], sly
     for flag in ("import aiayn.course.kernel", "the book's rate", "a change to K.run"):
@@ -1461,7 +1466,7 @@ def test_a_twelfth_trial_s_routes_are_flagged_and_honest_work_is_not():
     selfie = (
         "class Quiet:\n    def hush(self, check):\n        self.assert_close = check\nQuiet.hush(torch.testing, id)"
     )
-    assert grader.suspect(selfie) == ["Quiet.hush (a method taken from its class: its self may be any object)"]
+    assert grader.suspect(selfie) == ["Quiet.hush (an attribute taken from the class, not from an object of it)"]
     assert grader.suspect("def hush(self, check):\n    self.assert_close = check") == ["a change to self.assert_close"]
     released = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("")]
@@ -1480,6 +1485,49 @@ def test_a_twelfth_trial_s_routes_are_flagged_and_honest_work_is_not():
     assert grader.restore(submitted, Source) == [
         "1 read-only cell(s) of the book missing from the submission (book_1): not run"
     ]
+
+
+def test_a_thirteenth_trial_s_routes_are_flagged_and_honest_work_is_not():
+    """torch.save replaced through a tuple's element, a with or a for target; a method taken from a class through an
+    alias or getattr, also a class of an earlier cell; tornado's executor; a pasted solution of the multi-head loop
+    with a few edits (94%, under the short solutions' bar): flagged. A helper of the student's own named like the
+    book's, defined in an earlier cell: not flagged."""
+    from aiayn.course import grader
+
+    for patch in (
+        "_, torch.save = None, quiet",
+        "with nullcontext(quiet) as torch.save:\n    pass",
+        "for torch.save in [q]: pass",
+    ):
+        assert grader.suspect(patch) == ["a change to torch.save"], patch
+    alias = "class Box:\n    def put(self, value):\n        self.save = value\n    put_in = put\nBox.put_in(torch, q)"
+    assert grader.suspect(alias) == ["Box.put_in (an attribute taken from the class, not from an object of it)"]
+    assert grader.suspect("class Box:\n    pass\ngetattr(Box, 'put')(torch, q)") == [".put"]
+    assert grader.suspect("Box.put(torch, q)", given={"Box": True}) == [
+        "Box.put (an attribute taken from the class, not from an object of it)"
+    ]
+    assert {".run_in_executor", "import tornado.ioloop"} <= set(
+        grader.suspect("from tornado.ioloop import IOLoop\nIOLoop.current().run_in_executor(None, worker)")
+    )
+    loop = (
+        "for i in range(h):\n    q = x @ w\n    weights = q.softmax(-1)\nprint(q)"  # q: the student's in the loop only
+    )
+    assert grader.suspect(loop, (), set(), {"q", "weights"}) == ["the book's q"]
+    helper = "def heads(layer, x):\n    return count_parameters(layer)"
+    assert grader.suspect(helper, (), {"count_parameters"}) == ["the book's count_parameters"]
+    assert grader.suspect(helper, (), {"count_parameters"}, (), {"count_parameters": False}) == []
+    own_loop = "for name, layer in mine.items():\n    print(layer(x))\nlayer(x)"  # the loop's variable, in its body
+    assert grader.suspect(own_loop, (), set(), {"layer"}) == ["the book's layer"]
+    chapter = nbformat.read(ROOT / "book" / "03_multi_head.ipynb", as_version=4)
+    solution = next(c.source for c in chapter.cells if course.has_solution(c.source) and "heads_in_a_loop" in c.source)
+    refs = grader.references([], [solution.replace(course.BEGIN, "").replace(course.END, "")])
+    kate = (
+        "def heads_in_a_loop(lay, inp, m=None):\n    outs = []\n    size = lay.d_k\n    for j in range(lay.h):\n"
+        "        sl = slice(j * size, (j + 1) * size)\n        a, b, c = [inp @ P.weight[sl].T + P.bias[sl]\n"
+        "                   for P in (lay.W_Q, lay.W_K, lay.W_V)]\n        outs.append(attention(a, b, c, m)[0])\n"
+        "    return lay.W_O(torch.cat(outs, -1))\n"
+    )
+    assert grader.near_copies(kate, refs) == ["resembles the book's solution (heads_in_a_loop) (94% of its tokens)"]
 
 
 def test_a_decorated_reference_is_watched_past_its_decorator():

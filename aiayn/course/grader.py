@@ -72,8 +72,8 @@ def odd_files(folder: Path, within: Path | None = None) -> list[str]:
         return [f"{folder.name} is a symbolic link"]
     if len(found := _listing(folder)) > 10_000:
         return ["it holds over 10,000 files and folders"]
-    linked = any(kind == "f" and links > 1 for kind, links, *_ in found)  # the files of within that share its data:
-    inside = [e[4] for e in (_listing(within) if linked and within else found) if e[0] == "f"]
+    linked = within and any(kind == "f" and links > 1 for kind, links, *_ in found)  # (the files of within, by inode)
+    inside = [e[4] for e in (_listing(within) if linked else found) if e[0] == "f"]
     for kind, links, size, _, inode, name in found:
         if kind == "l":
             problems.append(f"{name} is a symbolic link")
@@ -193,17 +193,18 @@ SUSPECT_MODULES = {"sys", "os", "inspect", "gc", "ctypes", "threading", "_thread
 SUSPECT_MODULES |= {"subprocess", "signal", "importlib", "builtins", "marshal", "pickle", "dis", "types", "linecache"}
 SUSPECT_MODULES |= {"traceback", "socket", "asyncio", "runpy", "code", "atexit", "faulthandler", "shutil", "IPython"}
 SUSPECT_MODULES |= {"imp", "zipimport", "pathlib", "tempfile", "io", "fileinput", "glob", "shelve", "dbm"}  # files
-SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mmap", "resource", "fcntl", "pty"}
+SUSPECT_MODULES |= {"unittest", "logging", "queue", "sched", "posix", "nt", "mmap", "resource", "fcntl", "pty", "zmq"}
 SUSPECT_MODULES |= {"cProfile", "profile", "_lsprof", "trace", "bdb", "pdb", "pytest", "_pytest"}  # hooks, patches
 SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame", "ops", "setprofile", "pythonapi"}
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
-SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark"}  # traced code (torch.fx), code from strings (Timer)
+SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark", "run_in_executor"}  # torch.fx, Timer, another thread
 PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch", "torch.utils.benchmark")  # flagged whole
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
-SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel"}  # code from strings:
+SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado"}  # strings
+# run as code, threads (tornado's executor, started before a check, runs what the call watch never sees); and resolvers:
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 RESOLVERS |= {"get_field", "update_wrapper", "get_type_hints"}  # string.Formatter's "0.__globals__", functools, typing
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
@@ -222,7 +223,7 @@ DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 IMPORTS = (ast.Import, ast.ImportFrom)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
-NEAR_SOLUTION = 0.97  # the same for the exercise's reference solution: short answers to one question converge
+NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens and longer: short right answers converge
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 100_000  # a cell longer than this is not parsed by the flags (and is flagged for that)
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
@@ -286,36 +287,48 @@ def _root(node) -> str | None:
     return getattr(node, "id", None)
 
 
+def _binds(statement) -> dict[str, bool]:
+    """The names a statement binds, an assignment's targets and a definition's name: name -> whether it is a class."""
+    names = {m.id: False for t in getattr(statement, "targets", []) for m in ast.walk(t) if isinstance(m, ast.Name)}
+    return names | ({statement.name: isinstance(statement, ast.ClassDef)} if isinstance(statement, DEFINITIONS) else {})
+
+
 def _type_of(node) -> bool:
     """``type(x)``."""
     return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "type" and len(node.args) == 1
 
 
-def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
+def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
     student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
     function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
     that the function reads), and ``built``: what the book's cells built with that code (``layer``), named as a
-    variable. A name that is a function's own (a parameter, a local), or that the cell has assigned at its top level
-    by then, is the student's."""
+    variable. A name that is a function's own (a parameter, a local), that the cell has assigned at its top level by
+    then, or that ``given`` holds (what the student's earlier cells bound at their top level: name -> whether it is a
+    class) is the student's."""
     found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
     # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
     stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
     free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
-    methods = {c.name: c.body for c in nodes if isinstance(c, ast.ClassDef)}  # self and cls are exempt in its methods
-    inside = {id(m) for body in methods.values() for f in body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
-    own, bound = set(), {}  # a name's uses where it is a function's own; the line where the cell's top level binds it
+    defs = [c for c in nodes if isinstance(c, ast.ClassDef)]  # self and cls are exempt in their methods (inside)
+    inside = {id(m) for c in defs for f in c.body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
+    classes = {c.name for c in defs} | {name for name, kind in dict(given).items() if kind}
+    own, at = set(), {name: [(0, 1 << 30)] for name in given}  # uses of a function's own names; where a name is
+    # the student's: after the statement that binds it, to the end of its block (the cell, a loop's or a branch's body)
     for inner in [list(ast.walk(f)) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]:
         local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)}
         local -= {g for m in inner if isinstance(m, (ast.Global, ast.Nonlocal)) for g in m.names}
         own |= {id(m) for m in inner if getattr(m, "id", None) in local}
-    for statement in nodes[0].body if nodes else []:
-        for t in getattr(statement, "targets", [statement]):
-            bound.setdefault(getattr(t, "id", getattr(t, "name", None)), statement.end_lineno)
+    for block in [b for b in nodes if isinstance(getattr(b, "body", None), list) and not isinstance(b, DEFINITIONS)]:
+        end, target = getattr(block, "end_lineno", None) or 1 << 30, getattr(block, "target", ast.Pass())
+        names = [(k, s.end_lineno) for s in block.body for k in _binds(s)]  # after the statement that binds it,
+        names += [(m.id, block.lineno) for m in ast.walk(target) if isinstance(m, ast.Name)]  # a loop's in its body
+        for k, start in names:
+            at.setdefault(k, []).append((start, end))
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
             found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
@@ -325,12 +338,10 @@ def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
             name = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else None
             if not isinstance(name, str):
                 found.append("getattr with a computed name")
-            elif name in SUSPECT_ATTRIBUTES | book or name.startswith("_"):  # read like the attribute itself
+            elif name in SUSPECT_ATTRIBUTES | book or name.startswith("_") or getattr(n.args[0], "id", 0) in classes:
                 found.append(f".{name}")
-        elif isinstance(n, ast.Attribute) and n.attr in [
-            getattr(f, "name", 0) for f in methods.get(getattr(n.value, "id", 0), [])
-        ]:
-            found.append(f"{n.value.id}.{n.attr} (a method taken from its class: its self may be any object)")
+        elif isinstance(n, ast.Attribute) and getattr(n.value, "id", None) in classes:  # (a method's self: any object)
+            found.append(f"{n.value.id}.{n.attr} (an attribute taken from the class, not from an object of it)")
         elif _type_of(getattr(n, "func", None)) or isinstance(n, (ast.Attribute, ast.Assign)) and _type_of(n.value):
             found.append("an object's class (type(...)) called, read or kept")  # type(layer)(...): a chapter's class
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
@@ -349,7 +360,7 @@ def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
         elif (
             isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"[(=]", n.value) and _nodes(n.value)
         ):
-            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built)]  # (timeit, exec)
+            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built, given)]
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, IMPORTS):
@@ -357,7 +368,7 @@ def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
-        for target in getattr(n, "targets", []) + [getattr(n, "target", None)]:  # assigned or deleted
+        for target in [n] if isinstance(n, (ast.Attribute, ast.Subscript)) and type(n.ctx) is not ast.Load else []:
             root, chain = target, []
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root, chain = root.value, chain + [root]
@@ -366,8 +377,9 @@ def suspect(source: str, modules=(), book=(), built=()) -> list[str]:
             if chain and (name in MODULES | set(modules) | {None} or attribute and not mine):
                 found.append(f"a change to {ast.unparse(target)}")
         named = n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None)
+        theirs = id(n) in own or any(a < getattr(n, "lineno", 0) <= b for a, b in at.get(named, []))
         if (named in book or named in built and isinstance(n, ast.Name)) and type(getattr(n, "ctx", 0)) is ast.Load:
-            found += [f"the book's {named}"] * (id(n) not in own and n.lineno <= bound.get(named, n.lineno))
+            found += [f"the book's {named}"] * (not theirs)
     return sorted({x for x in found if x.removesuffix(" (in a string of code)") not in set(found) - {x}})
 
 
@@ -400,7 +412,7 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
             return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()] + [LATE]
         a = _tokens(node)
         for name, b in refs.items():
-            least = NEAR_SOLUTION if name.startswith("the book's solution") else NEAR_COPY
+            least = NEAR_SOLUTION[len(b) >= 2 * SHORT] if name.startswith("the book's solution") else NEAR_COPY
             match = difflib.SequenceMatcher(None, a, b, autojunk=False)
             # long enough, and alike enough in length and tokens to reach the share (bounds of ratio(), which is costly)
             near = min(len(a), len(b)) > SHORT and match.real_quick_ratio() >= least and match.quick_ratio() >= least
@@ -574,9 +586,8 @@ class Execute(NbGraderExecute):
     interrupt_grace = Float(5.0, help="seconds a cell may take to stop after an interrupt").tag(config=True)
     max_stuck = Integer(16, help="statements skipped at most before a notebook is not graded").tag(config=True)
     notebook_seconds = Float(1800, help="wall time of a notebook, all its runs together").tag(config=True)
-    cell_output = Integer(500_000, help="characters of output kept per cell").tag(config=True)
-    notebook_output = Integer(2_000_000, help="characters of output kept per notebook").tag(config=True)
-    book_cell_output = Integer(2_000_000, help="the same per book cell, apart from the notebook's").tag(config=True)
+    cell_output = Integer(1_000_000, help="characters of output kept per cell").tag(config=True)
+    notebook_output = Integer(4_000_000, help="characters of output kept per notebook").tag(config=True)
 
     kernel_manager_class = SandboxKernelManager
     raise_on_iopub_timeout = True  # a message refused for its size never arrives: see async_execute_cell
@@ -630,20 +641,22 @@ class Execute(NbGraderExecute):
         trees = [n for c in mine if time.monotonic() < deadline for n in _nodes(c.source, magics=True)]
         modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
         book = {p.split(".")[2] for a in graded for p in assignments[a].references if p[:6] == "aiayn."}  # not torch's
-        built, self._defined = set(), {}  # built with the book's code; the book's definitions (for the call watch)
+        built, given, self._defined = set(), {}, {}  # built with the book's code, the student's names (grows with each
+        # of the student's cells: what the cells before it bound), the book's definitions (for the call watch)
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
             text = TransformerManager().transform_cell(c.source)  # as the kernel runs it
             for n in (_nodes(text) or [ast.Module([])])[0].body:
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
-                # what a book's cell builds with the book's code (layer = PositionalEncoding(...)) is the book's too
-                uses = {m.id for m in ast.walk(n) if isinstance(m, ast.Name)} if isinstance(n, DEFINITIONS) else set()
-                if _root(getattr(n, "value", None)) in book | built or uses & (book | built):
-                    built |= {getattr(t, "id", getattr(t, "name", "")) for t in getattr(n, "targets", [n])} - {""}
+                # what a book's cell builds with the book's code is the book's too: layer = PositionalEncoding(...), a
+                # dict or a list of such, a function that calls it
+                uses = {m.id for m in ast.walk(getattr(n, "value", n)) if isinstance(m, ast.Name)}
+                built |= set(_binds(n)) if uses & (book | built) else set()
         for cell in mine:
             if time.monotonic() > deadline:  # (a cell longer than FLAG_CHARS is code the flags cannot read)
                 cell.metadata.setdefault("aiayn", {})["flags"] = [LATE]
                 continue
-            flags = [f"uses {', '.join(found)}" for found in [suspect(cell.source, modules, book, built)] if found]
+            flags = [f"uses {', '.join(x)}" for x in [suspect(cell.source, modules, book, built, given)] if x]
+            given |= {k: v for m in _nodes(cell.source, True)[:1] for s in m.body for k, v in _binds(s).items()}
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs, deadline):
                 cell.metadata.setdefault("aiayn", {})["flags"] = flags
@@ -678,17 +691,17 @@ class Execute(NbGraderExecute):
         source = cell.source  # as the Python that IPython runs for it: magic and shell lines as the calls they are
         with contextlib.suppress(Exception):  # what IPython cannot transform runs as it is, and fails there
             source = TransformerManager().transform_cell(source)
-        module, spans = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
+        module, at = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
         for node in module[0].body if module else []:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            if spans and first <= spans[-1][1]:
-                spans[-1][1] = node.end_lineno
+            if at and first <= at[-1][1]:
+                at[-1][1] = node.end_lineno
             else:
-                spans.append([first, node.end_lineno])
+                at.append([first, node.end_lineno])
         lines, outputs = source.splitlines(keepends=True), []
-        if not spans:
+        if not at:
             outputs.append(_error_output("CellStopped", f"cell {index} {self._skipped[(index, None)]}: skipped"))
-        for j, (first, last) in enumerate(spans):
+        for j, (first, last) in enumerate(at):
             self._stmt = j
             if (index, j) in self._skipped:
                 why = f"lines {first}-{last} of cell {index} {self._skipped[(index, j)]}: skipped, the rest ran"
@@ -765,10 +778,9 @@ class Execute(NbGraderExecute):
             return super().output(outs, msg, display_id, cell_index)
         size = len(json.dumps(content, default=str))
         meta = self.nb.cells[cell_index].metadata.get("nbgrader", {})
-        book = meta.get("locked") and not meta.get("grade")  # the book's own cell: its figures, within their limit
+        book = meta.get("locked") and not meta.get("grade")  # the book's cell: its figures apart from the notebook's
         cell, total = self._out.get(cell_index, 0), self._out.get("total", 0) * (not book)
-        cell_limit = self.book_cell_output if book else self.cell_output
-        limits = [("cell's", cell_limit, cell), ("notebook's", self.notebook_output, total)]
+        limits = [("cell's", self.cell_output, cell), ("notebook's", self.notebook_output, total)]
         if over := [(name, chars) for name, chars, used in limits if used + size > chars]:
             if ("cut", cell_index) not in self._out:
                 self._out[("cut", cell_index)] = cut = f"{over[0][0]} limit of {over[0][1]:,} characters"
@@ -789,9 +801,8 @@ class Execute(NbGraderExecute):
         except CellTimeoutError as err:
             if "IOPub" not in str(err):
                 raise
-            self.kc.iopub_channel.close()
-            self.kc._iopub_channel = None
-            self.kc.iopub_channel  # noqa: B018 (a new connection, whose subscription reaches the kernel meanwhile)
+            self.kc._iopub_channel = self.kc.iopub_channel.close()  # closed, and forgotten (close returns None):
+            self.kc.iopub_channel  # noqa: B018 (read, it makes a new connection, whose subscription reaches the kernel)
             await asyncio.sleep(0.5)
             cell.outputs.append(_error_output("OutputLost", LOST))
             return cell
@@ -944,6 +955,6 @@ def report(root: Path, assignment: str) -> list[str]:
                 details = _cell_lines(nbformat.read(graded, as_version=4))
                 details += [f"FLAG {x}" for x in _beside(root / "submitted" / student / assignment, release)]
                 lines.append(f"{student:{width}} {score:5g} / {a.max_score:g}")
-                lines += [y for x in details for y in textwrap.wrap(x, 79, **INDENT)]
+                lines += [y for x in details for y in textwrap.wrap(" ".join(x.split()), 79, **INDENT)]  # (no gaps)
     # no terminal escapes, and no line break in a name (a student's folder, a file's): each line one of the report's
     return [CONTROL.sub("?", x).encode(errors="backslashreplace").decode() for x in lines]

@@ -27,7 +27,7 @@ import types
 import torch
 
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
-MAX_OUTPUT = 4_000_000  # characters a kernel may print under the grader (it keeps 2,000,000 of a notebook)
+MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it keeps 4,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
@@ -175,10 +175,8 @@ class Watch:
             qualname, obj = reference_source(path)
             first, *rest = qualname.split(".")  # the namespace's object of that name
             mine = _codes(functools.reduce(lambda obj, part: getattr(obj, part, None), rest, namespace.get(first)))
-            if defined is not None:  # the chapter's definition only if its code is the book's cell's
-                book = set()
-                with contextlib.suppress(SyntaxError):
-                    book = set(map(_key, _compiled(compile(defined.get(qualname.split(".")[0], ""), "<book>", "exec"))))
+            if defined is not None:  # the chapter's definition only if its code is the book's cell's (which parses)
+                book = set(map(_key, _compiled(compile(defined.get(first, ""), "<book>", "exec"))))
                 mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}

@@ -25,9 +25,8 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
 DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second, each cell
-CELL_OUTPUT = 500_000  # characters of output kept per cell (a figure of a few panels takes 200,000); the rest is cut
-NOTEBOOK_OUTPUT = 2_000_000  # characters of output kept per notebook
-BOOK_CELL_OUTPUT = 2_000_000  # the same per book cell (its figures), apart from the notebook's
+CELL_OUTPUT = 1_000_000  # characters of output kept per cell (a sharp two-panel figure: 550,000); the rest is cut
+NOTEBOOK_OUTPUT = 4_000_000  # characters of output kept per notebook (of the student's cells: not the book's figures)
 
 # Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
 # book's package without its course code, the data and the book's models and results, all read-only, and a copy of
@@ -42,7 +41,7 @@ def cell_timeout(cell):  # the book's own cells are read-only and neither graded
 
 
 c.Execute.update(timeout_func=cell_timeout, interrupt_on_timeout=True, notebook_seconds=NOTEBOOK)
-c.Execute.update(cell_output=CELL_OUTPUT, notebook_output=NOTEBOOK_OUTPUT, book_cell_output=BOOK_CELL_OUTPUT)
+c.Execute.update(cell_output=CELL_OUTPUT, notebook_output=NOTEBOOK_OUTPUT)
 c.SandboxKernelManager.update(sandbox=SANDBOX, memory_mb=MEMORY_MB, processes=PROCESSES, disk_mb=DISK_MB)
 c.Execute.shutdown_kernel = "immediate"  # killed when done, not asked to stop and awaited: its folder goes with it
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:"]
