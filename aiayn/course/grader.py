@@ -778,9 +778,9 @@ class Execute(NbGraderExecute):
             return super().output(outs, msg, display_id, cell_index)
         size = len(json.dumps(content, default=str))
         meta = self.nb.cells[cell_index].metadata.get("nbgrader", {})
-        book = meta.get("locked") and not meta.get("grade")  # the book's cell: its figures apart from the notebook's
+        book = meta.get("locked") and not meta.get("grade")  # the book's cell: figures of twice the limit, apart
         cell, total = self._out.get(cell_index, 0), self._out.get("total", 0) * (not book)
-        limits = [("cell's", self.cell_output, cell), ("notebook's", self.notebook_output, total)]
+        limits = [("cell's", self.cell_output * (1 + bool(book)), cell), ("notebook's", self.notebook_output, total)]
         if over := [(name, chars) for name, chars, used in limits if used + size > chars]:
             if ("cut", cell_index) not in self._out:
                 self._out[("cut", cell_index)] = cut = f"{over[0][0]} limit of {over[0][1]:,} characters"
