@@ -72,8 +72,7 @@ def odd_files(folder: Path, within: Path | None = None) -> list[str]:
         return [f"{folder.name} is a symbolic link"]
     if len(found := _listing(folder)) > 10_000:
         return ["it holds over 10,000 files and folders"]
-    linked = within and any(kind == "f" and links > 1 for kind, links, *_ in found)  # (the files of within, by inode)
-    inside = [e[4] for e in (_listing(within) if linked else found) if e[0] == "f"]
+    inside = [e[4] for e in (_listing(within) if within else found) if e[0] == "f"]  # the inodes of within's files
     for kind, links, size, _, inode, name in found:
         if kind == "l":
             problems.append(f"{name} is a symbolic link")
@@ -298,27 +297,11 @@ def _type_of(node) -> bool:
     return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "type" and len(node.args) == 1
 
 
-def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
-    """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
-    modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
-    student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
-    function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
-    student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
-    that the function reads), and ``built``: what the book's cells built with that code (``layer``), named as a
-    variable. A name that is a function's own (a parameter, a local), that the cell has assigned at its top level by
-    then, or that ``given`` holds (what the student's earlier cells bound at their top level: name -> whether it is a
-    class) is the student's."""
-    found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
-    # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
-    stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
-    free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
-    book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
-    book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
-    defs = [c for c in nodes if isinstance(c, ast.ClassDef)]  # self and cls are exempt in their methods (inside)
-    inside = {id(m) for c in defs for f in c.body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
-    classes = {c.name for c in defs} | {name for name, kind in dict(given).items() if kind}
-    own, at = set(), {name: [(0, 1 << 30)] for name in given}  # uses of a function's own names; where a name is
-    # the student's: after the statement that binds it, to the end of its block (the cell, a loop's or a branch's body)
+def _students(nodes: list, stored: list, given) -> set[int]:
+    """The uses of names in a cell's ``nodes`` that are the student's own: a function's parameters and locals (but a
+    ``global`` one), and a name from the statement that binds it (``stored``: the cell's bindings) to the end of its
+    block (the cell, a loop's or a branch's body), a loop's variable in its body, and ``given``'s names everywhere."""
+    own, at = set(), {name: [(0, 1 << 30)] for name in given}  # at: name -> [(after line, to line)]
     for inner in [list(ast.walk(f)) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]:
         local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)}
         local -= {g for m in inner if isinstance(m, (ast.Global, ast.Nonlocal)) for g in m.names}
@@ -329,6 +312,29 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         names += [(m.id, block.lineno) for m in ast.walk(target) if isinstance(m, ast.Name)]  # a loop's in its body
         for k, start in names:
             at.setdefault(k, []).append((start, end))
+    held = [(n, at.get(getattr(n, "attr", getattr(n, "id", None)), [])) for n in nodes if hasattr(n, "lineno")]
+    return own | {id(n) for n, spans in held if any(a < n.lineno <= b for a, b in spans)}
+
+
+def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
+    """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
+    modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
+    student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
+    function does to its arguments), an answer written out, and ``book``: the book's own implementation of what the
+    student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
+    that the function reads), and ``built``: what the book's cells built with that code (``layer``), named as a
+    variable; where a name is the student's own (``_students``; ``given``: what the student's earlier cells bound at
+    their top level, name -> whether it is a class), it is not the book's."""
+    found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
+    # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
+    stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
+    free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
+    book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
+    book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    defs = [c for c in nodes if isinstance(c, ast.ClassDef)]  # self and cls are exempt in their methods: inside
+    inside = {id(m) for c in defs for f in c.body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
+    classes = {c.name for c in defs} | {name for name, kind in dict(given).items() if kind}
+    theirs = _students(nodes, stored, given)
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
             found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
@@ -377,9 +383,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
             if chain and (name in MODULES | set(modules) | {None} or attribute and not mine):
                 found.append(f"a change to {ast.unparse(target)}")
         named = n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None)
-        theirs = id(n) in own or any(a < getattr(n, "lineno", 0) <= b for a, b in at.get(named, []))
         if (named in book or named in built and isinstance(n, ast.Name)) and type(getattr(n, "ctx", 0)) is ast.Load:
-            found += [f"the book's {named}"] * (not theirs)
+            found += [f"the book's {named}"] * (id(n) not in theirs)
     return sorted({x for x in found if x.removesuffix(" (in a string of code)") not in set(found) - {x}})
 
 

@@ -82,10 +82,8 @@ def run(req: dict, namespace: dict) -> dict:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
         call = (lambda: f(*init)(*args, **kwargs)) if made else (lambda: f(*args, *(init or ()), **kwargs))
         value = watch(call, _seconds=req["seconds"])
-        if req.get("grad") is not None:
-            value = (value, torch.autograd.grad(value, args[req["grad"]])[0])
-        if req.get("observe"):
-            value = (value, list(args))
+        value = (value, torch.autograd.grad(value, args[req["grad"]])[0]) if req.get("grad") is not None else value
+        value = (value, list(args)) if req.get("observe") else value
         answer["value"] = to_data(value)
     except (_Timeout, KeyboardInterrupt) as err:  # its own time limit, the grader's interrupt, or the student's own
         late = isinstance(err, _Timeout) or time.perf_counter() - start >= req["seconds"]
