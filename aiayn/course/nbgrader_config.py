@@ -25,7 +25,7 @@ NOTEBOOK = 1800  # a whole notebook, all its runs together; the cells after it a
 MEMORY_MB = 4096  # address space of the kernel
 PROCESSES = 64  # processes and threads of the kernel
 DISK_MB = 512  # what the kernel may write to disk (10,000 files and folders at most), checked twice a second, each cell
-CELL_OUTPUT = 1_000_000  # characters of output kept per cell (a sharp two-panel figure: 550,000); the rest is cut
+CELL_OUTPUT = 1_000_000  # characters of output kept per cell (a sharp two-panel figure fits); the rest is cut
 NOTEBOOK_OUTPUT = 4_000_000  # characters of output kept per notebook (of the student's cells: not the book's figures)
 
 # Each submission's kernel runs in a bubblewrap sandbox as an unprivileged user: it sees the Python environment, the
