@@ -10,6 +10,7 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan run recipes --out DIR         # candidate recipes side by side, 3 seeds each, chosen on val
     python -m aiayn.plan run longer --out DIR          # the same with fewer runs at once: more epochs each
     python -m aiayn.plan run repeat --out DIR          # the longer stage's choice: three seeds, both directions
+    python -m aiayn.plan run floor --out DIR           # the same with nn.Transformer's layers: the floor, as repeat ran
     python -m aiayn.plan run final --out DIR           # both directions and the floor (--recipe gpu), more seeds;
                                                        # the decoding benchmark; pretrained files
     python -m aiayn.plan run speed --out DIR           # the benchmarks, the fp16 path (again: what did not fit)
@@ -39,7 +40,7 @@ from aiayn import ROOT, corpus, variations
 from aiayn.runs import config as run_config
 from aiayn.runs import launch
 
-STAGES = ("search", "recipes", "longer", "repeat", "final", "speed")
+STAGES = ("search", "recipes", "longer", "repeat", "floor", "final", "speed")
 FINAL_RUNS = {
     "gpu-en-de": ("en-de", "aiayn"),
     "gpu-de-en": ("de-en", "aiayn"),
@@ -49,6 +50,7 @@ FINAL_RUNS = {
 RECIPES = "gpu-recipes"  # the recipes stage's folder: candidate recipes, several seeds each
 LONGER = "gpu-longer"  # the longer stage's: fewer runs at once, so each trains for more epochs
 REPEAT = "gpu-repeat"  # the repeat stage's: the longer stage's choice, three seeds in each direction
+FLOOR = "gpu-floor-repeat"  # the floor stage's: the repeat stage's runs with PyTorch's layers
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
 # Table 3's rows as the GPU stage trains them (results/variations)
 TABLE3 = [
@@ -132,6 +134,16 @@ PROFILES = {
             "reverse_seeds": [0, 1, 2],
             "settings": {"recipe": "gpu"},
             "candidates": {"gpu-16k": {"max_tokens": 16384}},
+        },
+        # the repeat stage's runs with nn.Transformer's layers (the floor), as many at once and for as long
+        "floor": {
+            "parallel": 6,
+            "budget": 470,
+            "eval_reserve": 40,
+            "seeds": [0, 1, 2],
+            "reverse_seeds": [0, 1, 2],
+            "settings": {"recipe": "gpu"},
+            "candidates": {"gpu-16k": {"max_tokens": 16384, "layers": "torch"}},
         },
         "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
         "speed": [
@@ -218,6 +230,15 @@ PROFILES = {
             "reverse_seeds": [0],
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}},
+        },
+        "floor": {
+            "parallel": 2,
+            "budget": 50,
+            "eval_reserve": 35,
+            "seeds": [0],
+            "reverse_seeds": [],
+            "settings": {**TINY, "max_output": 6},
+            "candidates": {"tiny": {"layers": "torch"}},
         },
         "final": {
             "parallel": 2,
@@ -417,9 +438,9 @@ def failed_checks(out: Path, runs) -> dict[str, list[str]]:
 def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
-    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the repeat stage: gpu-repeat/): a folder of runs per
-    candidate, their logs, and recipes.json."""
-    folder = {"recipes": RECIPES, "longer": LONGER, "repeat": REPEAT}[stage]
+    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the repeat stage: gpu-repeat/, the floor stage:
+    gpu-floor-repeat/): a folder of runs per candidate, their logs, and recipes.json."""
+    folder = {"recipes": RECIPES, "longer": LONGER, "repeat": REPEAT, "floor": FLOOR}[stage]
     p, out, scratch = profile[stage], out / folder, scratch / folder
     settings = {"bpe_size": profile["bpe_size"], **p["settings"]}
     corpus.encoded(settings["bpe_size"])
@@ -689,7 +710,7 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
     if stage == "search":
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
-    elif stage in ("recipes", "longer", "repeat"):
+    elif stage in ("recipes", "longer", "repeat", "floor"):
         failed = [name for name, code in recipes(profile, out, scratch, stage)["codes"].items() if code]
     elif stage == "final":
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]
