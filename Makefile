@@ -51,7 +51,7 @@ book: data $(MODEL)/manifest.json
 test: data $(FIXTURES)
 	$(BIN)/python -m aiayn._export --check
 	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
-	$(BIN)/python -m pytest -p no:cacheprovider tests book $(NBVAL)
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests book $(NBVAL)
 
 # Write the chapters' export cells into aiayn/.
 export: $(STAMP)
