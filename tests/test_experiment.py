@@ -337,6 +337,7 @@ def test_two_processes_equal_one_with_accumulation(encoded_cache, tmp_path):
     if torchrun is None:
         pytest.skip("torchrun is not installed beside this Python")
     common = ["--direction", "en-de", *TINY, "--set", "P_drop=0", "--max-updates", "3", "--splits"]
+    assert experiment.parse_args([*common, "--out", "x"]).set == ["d_model=32", "N=1", "d_ff=64", "h=2", "P_drop=0"]
     one = _python(
         RUN_EXPERIMENT,
         tmp_path,
@@ -460,6 +461,8 @@ def test_recipe_fills_what_the_command_line_leaves_out():
     )
     assert args.train.factor == 0.3 and args.train.warmup == cpu["warmup"]
     assert run_config.model_overrides(args.set) == {**cpu["set"], "N": 2, "P_drop": 0.2}
+    twice = ["--direction", "en-de", "--out", "x", "--recipe", "cpu", "--factor", "0.3", "--set", "N=2", "--set"]
+    assert experiment.parse_args([*twice, "P_drop=0.2"]) == args  # a second --set adds to the first
     plain = experiment.parse_args(["--direction", "en-de", "--out", "x"])
     assert plain == run_config.RunConfig(direction="en-de", out="x") and plain.set == []
     assert plain.train == TrainConfig(**MULTI30K_TRAIN, progress=False)  # the training's defaults are chapter 10's

@@ -88,7 +88,13 @@ class RunConfig:
     )
     ckpt_dir: str | None = setting(None, "scratch folder for checkpoints; default checkpoints/experiment/<out name>")
     preset: str = setting("multi30k", "model preset of aiayn.model: multi30k, base, big")
-    set: list = setting([], "TransformerConfig fields, e.g. N=6", nargs="*", metavar="FIELD=VALUE")
+    set: list = setting(
+        [],
+        "TransformerConfig fields, e.g. N=6 (given twice, both count)",
+        nargs="*",
+        action="extend",
+        metavar="FIELD=VALUE",
+    )
     layers: str = setting("aiayn", "the book's layers, or PyTorch's nn.Transformer layers (the floor)", choices=LAYERS)
     bpe_size: int = setting(8000, "joint BPE vocabulary (sets vocab_size)", type=int)
     max_tokens: int = setting(8000, "token budget of one batch, per process", type=int)
