@@ -244,6 +244,8 @@ def test_runs_without_spacy_from_the_encoded_cache(encoded_cache, tmp_path):
         *TINY,
         "--max-updates",
         "2",
+        "--max-output",
+        "6",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {p.name for p in out.iterdir()} == {
