@@ -733,7 +733,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 900
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 925
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -760,7 +760,9 @@ def test_the_grading_machinery_stays_small():
             for line in range(token.start[0], token.end[0] + 1)
         }
         total += len(code - docs)
-    assert 500 < total <= 900, f"{total} lines of grading code"
+    # 900 until the fourteenth trial, whose routes needed a seccomp filter (no process starts in a kernel) and a flag on
+    # threads running beside a call: 24 lines that no other part of the grader could give back
+    assert 500 < total <= 925, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -983,7 +985,7 @@ def test_the_instructors_page_shows_what_the_worked_example_prints(tmp_path, mon
     from aiayn.course.grader import FLAG_CHARS, FLAG_SECONDS, SHORT
 
     flat = " ".join(page.split())
-    bound = f"one whose magic and help lines times its length pass {2 * FLAG_CHARS:,}"
+    bound = f"one whose magic, help and autocall lines (`/f`, `,f`, `;f`) times its length pass {2 * FLAG_CHARS:,}"
     assert f"a cell over {FLAG_CHARS:,} characters, {bound}" in flat
     assert f"the flags stop after {FLAG_SECONDS:g} s for a notebook" in flat
     assert f"under {SHORT} tokens of its syntax tree" in flat
@@ -1154,6 +1156,21 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "right",
         "open('h.py', 'w').write('def warmup_cosine(step, peak, warmup, total):\\n    return 0.0\\n')\nrun -i h.py",
     ),
+    # a fourteenth trial's: the book's code run in a child process (no process can start in the kernel), and a
+    # thread started before the checks that answers for the function (the call watch does not see it: flagged)
+    "zg_runs_a_child": (
+        "right_named_inner+import subprocess, sys\ndef warmup_cosine(step, peak, warmup, total):\n"
+        "    code = f'from aiayn.training import rate; print(rate({step}, 512, {warmup}))'\n"
+        "    subprocess.run([sys.executable, '-c', code], check=True)\n    return inner(step, peak, warmup, total)",
+        "",
+    ),
+    "zh_answers_from_a_thread": (
+        "right_named_inner+import threading, queue\njobs, done = queue.Queue(), queue.Queue()\n"
+        "threading.Thread(target=lambda: [done.put(inner(*jobs.get())) for _ in iter(int, 1)], daemon=True).start()\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    jobs.put((step, peak, warmup, total))\n"
+        "    return done.get()",
+        "",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1170,7 +1187,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of thirty submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of thirty-two submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -1288,6 +1305,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zd_nests_deep_then_fills": total,
         "ze_fills_the_disk_at_once": total,
         "zf_runs_a_file_without_percent": total,
+        "zg_runs_a_child": ASSIGNMENTS["accumulation"].points,
+        "zh_answers_from_a_thread": total,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1335,6 +1354,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "(the submission's) NotebookTimeLimit" in forged.read_text()
     for honest in ("a_honest", "d_stuck_in_c", "n_memory"):
         assert "FLAG" not in blocks[honest], honest
+    assert "raised PermissionError: [Errno 1] Operation not permitted" in blocks["zg_runs_a_child"]
+    assert "FLAG ran 1 thread(s) of its own while the checks called its function" in blocks["zh_answers_from_a_thread"]
 
 
 def test_a_call_of_the_chapters_own_function_earns_nothing_and_a_pasted_copy_is_flagged():
@@ -1519,6 +1540,17 @@ def test_a_thirteenth_trial_s_routes_are_flagged_and_honest_work_is_not():
     assert grader.suspect(helper, (), {"count_parameters"}, (), {"count_parameters": False}) == []
     own_loop = "for name, layer in mine.items():\n    print(layer(x))\nlayer(x)"  # the loop's variable, in its body
     assert grader.suspect(own_loop, (), set(), {"layer"}) == ["the book's layer"]
+    # a fourteenth trial's: a loop's variable that the loop binds to the book's own function, over several lines (its
+    # variable is the student's only past the iterable); a helper defined later in the cell, which a function calls
+    # when it runs; a comprehension's own variables, named like what the book's cells built
+    hidden = "for brevity_penalty in [\n    brevity_penalty,\n]:\n    bp_of = brevity_penalty\nbp_of(1, 2)"
+    assert grader.suspect(hidden, (), {"brevity_penalty"}) == ["the book's brevity_penalty"]
+    later = "def clipped(h, r, n):\n    return ngrams(h, n)\n\n\ndef ngrams(tokens, n):\n    return tokens[:n]"
+    assert grader.suspect(later, (), {"ngrams"}) == []
+    assert grader.suspect("def f(c, r):\n    return g(c, r)\ng = ngrams", (), {"ngrams"}) == ["the book's ngrams"]
+    comp = "p = [matches / totals for matches, totals in counts if totals]"
+    assert grader.suspect(comp, (), set(), {"matches", "totals"}) == []
+    assert grader.suspect("p = [t(1) for t in [totals]]", (), set(), {"totals"}) == ["the book's totals"]
     chapter = nbformat.read(ROOT / "book" / "03_multi_head.ipynb", as_version=4)
     solution = next(c.source for c in chapter.cells if course.has_solution(c.source) and "heads_in_a_loop" in c.source)
     refs = grader.references([], [solution.replace(course.BEGIN, "").replace(course.END, "")])

@@ -202,3 +202,49 @@ def test_answers_kept_from_one_grading_fail_the_next(monkeypatch):
     assert why("mha_parameters", lambda *sizes: kept[sizes]) == ""
     monkeypatch.setattr(CHECKS, "SEED", 2)
     assert "KeyError" in why("mha_parameters", lambda *sizes: kept[sizes])
+
+
+def test_a_table_of_the_fixed_cases_fails_the_decoding_checks():
+    """A fourteenth trial's: answers looked up in a table of the checks' fixed cases (readable in checks.py) passed the
+    length penalty, clipped matches and brevity penalty; each check now draws more inputs for every grading."""
+    from collections import Counter
+
+    def lp(length, alpha):
+        return ((5 + length) / 6) ** alpha
+
+    def clipped(hyp, ref, n):
+        h, r = (Counter(zip(*[s[k:] for k in range(n)])) for s in (hyp, ref))
+        return sum((h & r).values()), sum(h.values())
+
+    def bp(c, r):
+        return 1.0 if c >= r else (math.exp(1 - r / c) if c else 0.0)
+
+    fixed_lp = {(alpha, float(n)): lp(float(n), alpha) for alpha in (0.0, 0.6, 1.0, 2.0) for n in range(60)}
+    pairs = ["the the the the|the cat sat on the mat", "a man rides a bike on a road|a man rides a bicycle on a street"]
+    pairs += ["|a b c", "a b|"]
+    fixed_clipped = {(h, r, n): clipped(h.split(), r.split(), n) for h, r in map(lambda p: p.split("|"), pairs)
+                     for n in range(1, 5)}  # fmt: skip
+    fixed_bp = {(c, r): bp(c, r) for c, r in [(10, 10), (12, 10), (9, 10), (1, 30), (0, 5), (0, 0)]}
+
+    def lp_table(length, alpha):
+        return torch.tensor([fixed_lp[(alpha, float(n))] for n in length.tolist()], dtype=torch.float64)
+
+    tables = {
+        "length_penalty": lp_table,
+        "clipped_matches": lambda hyp, ref, n: fixed_clipped[(" ".join(hyp), " ".join(ref), n)],
+        "brevity_penalty": lambda c, r: fixed_bp[(c, r)],
+    }
+    for key, table in tables.items():
+        assert why(key, table) != "", key
+    for key, right in (("length_penalty", lp), ("clipped_matches", clipped), ("brevity_penalty", bp)):
+        assert why(key, right) == "", key
+
+
+def test_the_results_chapter_s_closed_form_is_the_book_s_answer_to_peak():
+    """A fourteenth trial's: the results chapter's peak_lr, fed the settings as a run's metrics, answered peak."""
+    from aiayn.results import peak_lr
+
+    def borrowed(d_model, warmup, factor):
+        return peak_lr({"train_config": {"factor": factor, "warmup": warmup}, "model_config": {"d_model": d_model}})
+
+    assert "calls aiayn.results.peak_lr" in why("peak", borrowed)

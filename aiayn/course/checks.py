@@ -94,13 +94,14 @@ class Call:
     the inputs as they are after the call)."""
 
     def __init__(self, a: "Assignment", answer: Callable[[dict], dict]):
-        self.a, self.answer, self.calls = a, answer, []
+        self.a, self.answer, self.calls, self.threads = a, answer, [], 0
 
     def __call__(self, f, *args, _init=None, _made=False, _grad=None, _observe=False, **kwargs):
         request = {"names": self.a.names, "args": list(args), "kwargs": kwargs, "init": _init, "grad": _grad}
         request["made"] = _made
         request |= {"observe": _observe, "references": self.a.references, "seconds": CALL_SECONDS}
         answer = self.answer(request)
+        self.threads = max(self.threads, answer.get("threads", 0))
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
             if answer["calls"][0] == kernel.WATCH_OFF:
@@ -152,7 +153,10 @@ def verdict(assignment: str, key: str, answer: Callable[[dict], dict]) -> tuple[
             raise
         lines = str(err).strip().splitlines()
         message = f"your function's result could not be checked: {type(err).__name__}: {lines[0] if lines else ''}"
-    return c, message[:600], [name if name == kernel.WATCH_OFF else f"calls {name}" for name in call.calls[:1]]
+    flags = [name if name == kernel.WATCH_OFF else f"calls {name}" for name in call.calls[:1]]
+    if call.threads:  # a thread started before the call, which the call watch does not see: what does it run?
+        flags.append(f"ran {call.threads} thread(s) of its own while the checks called its function")
+    return c, message[:600], flags
 
 
 def feedback(c: Check, message: str) -> str:
@@ -1244,7 +1248,7 @@ def _accumulation_checks():
     "training",
     ["peak"],
     "peak(d_model, warmup, factor) -> float, the largest value of rate(step, d_model, warmup, factor) over all steps",
-    ["aiayn.training.rate"],
+    ["aiayn.training.rate", "aiayn.results.peak_lr"],  # (the results chapter's closed form, from a run's settings)
 )
 def _peak_checks():
     def agrees(f, call):
@@ -1557,10 +1561,15 @@ def _length_penalty_checks():
 
     def agrees(f, call):
         lengths = torch.arange(0, 60, dtype=torch.float64)
-        for alpha in (0.0, 0.6, 1.0, 2.0):
-            _close(call(f, lengths.clone(), alpha), ((5.0 + lengths) / 6.0) ** alpha, f"alpha {alpha}", rtol=1e-9)
+        rng = _rng("length_penalty", 0)  # and lengths and an alpha drawn anew for each grading
+        drawn = [
+            (torch.tensor([float(rng.randint(0, 500)) for _ in range(40)], dtype=torch.float64), rng.uniform(0, 3))
+        ]
+        for lengths, alpha in [(lengths, a) for a in (0.0, 0.6, 1.0, 2.0)] + drawn:
+            want = ((5.0 + lengths) / 6.0) ** alpha
+            _close(call(f, lengths.clone(), alpha), want, f"alpha {alpha:.4g}", rtol=1e-9)
 
-    return [("agrees", "GNMT's length penalty for lengths 0 to 59 and four alphas", 1, agrees)]
+    return [("agrees", "GNMT's length penalty for lengths 0 to 59 and four alphas, and drawn ones", 1, agrees)]
 
 
 BOS, EOS, PAD = inputs.BOS, inputs.EOS, inputs.PAD
@@ -1714,6 +1723,8 @@ def _clipped_checks():
             ([], "a b c".split()),
             ("a b".split(), []),
         ]
+        rng, words = _rng("clipped_matches", 0), "a the man dog runs on red grass ball".split()  # drawn per grading
+        cases += [[[rng.choice(words) for _ in range(rng.randint(3, 14))] for _ in "hr"] for _ in range(4)]
         for hyp, ref in cases:
             for n in range(1, 5):
                 h, r = _ngrams(hyp, n), _ngrams(ref, n)
@@ -1728,7 +1739,7 @@ def _clipped_checks():
                         f"{want}{cause}"
                     )
 
-    return [("agrees", "clipped matches and totals for four pairs and n = 1..4", 1, agrees)]
+    return [("agrees", "clipped matches and totals for four pairs, four drawn ones, and n = 1..4", 1, agrees)]
 
 
 @_assignment(
@@ -1741,13 +1752,15 @@ def _clipped_checks():
 )
 def _bp_checks():
     def agrees(f, call):
-        for c, r in [(10, 10), (12, 10), (9, 10), (1, 30), (0, 5), (0, 0)]:
+        rng = _rng("brevity_penalty", 0)  # and lengths drawn for each grading, the hypothesis shorter or longer
+        drawn = [(rng.randint(1, 5000), rng.randint(1, 5000)) for _ in range(6)]
+        for c, r in [(10, 10), (12, 10), (9, 10), (1, 30), (0, 5), (0, 0)] + drawn:
             want = 1.0 if c >= r else (math.exp(1 - r / c) if c else 0.0)
             got = float(call(f, c, r))
             if not math.isclose(got, want, rel_tol=1e-12):
                 raise Failed(f"c = {c}, r = {r}: {_relative(got, want)}")
 
-    return [("agrees", "BP for six pairs of lengths", 1, agrees)]
+    return [("agrees", "BP for six pairs of lengths and six drawn ones", 1, agrees)]
 
 
 BLEU_REFERENCES = [

@@ -213,13 +213,14 @@ SUSPECT_MODULES |= {"struct", "array", "base64", "binascii", "codecs", "zlib", "
 SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64decode", "decompress"}  # from bytes
 OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
 TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
-MAGIC = re.compile(r"^[ \t]*(%%?\w+|!)|\?[ \t]*$", flags=re.M)  # a line IPython may run as a magic, shell or help
+MAGIC = re.compile(r"^[ \t]*(%%?\w+|!|[/,;])|\?[ \t]*$", flags=re.M)  # a magic, shell, autocall or help line
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 QUIET_MAGICS = SAFE_MAGICS | {"%pinfo", "%pinfo2", "%psearch"}  # and help lines (x?), which only show help
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 IMPORTS = (ast.Import, ast.ImportFrom)
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens and longer: short right answers converge
@@ -302,14 +303,19 @@ def _students(nodes: list, stored: list, given) -> set[int]:
     ``global`` one), and a name from the statement that binds it (``stored``: the cell's bindings) to the end of its
     block (the cell, a loop's or a branch's body), a loop's variable in its body, and ``given``'s names everywhere."""
     own, at = set(), {name: [(0, 1 << 30)] for name in given}  # at: name -> [(after line, to line)]
-    for inner in [list(ast.walk(f)) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]:
-        local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)}
+    top = {n.name for m in nodes[:1] for n in getattr(m, "body", []) if isinstance(n, DEFINITIONS)}  # (when it runs)
+    scopes = [(list(ast.walk(f)), top) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]
+    comps = [c for c in nodes if isinstance(c, COMPREHENSIONS)]
+    scopes += [([m for m in ast.walk(c) if m not in set(ast.walk(c.generators[0].iter))], set()) for c in comps]
+    for inner, later in scopes:  # (a comprehension's variables are its own, but in the iterable it reads first)
+        local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)} | later
         local -= {g for m in inner if isinstance(m, (ast.Global, ast.Nonlocal)) for g in m.names}
         own |= {id(m) for m in inner if getattr(m, "id", None) in local}
     for block in [b for b in nodes if isinstance(getattr(b, "body", None), list) and not isinstance(b, DEFINITIONS)]:
         end, target = getattr(block, "end_lineno", None) or 1 << 30, getattr(block, "target", ast.Pass())
         names = [(k, s.end_lineno) for s in block.body for k in _binds(s)]  # after the statement that binds it,
-        names += [(m.id, block.lineno) for m in ast.walk(target) if isinstance(m, ast.Name)]  # a loop's in its body
+        after = getattr(getattr(block, "iter", block), "end_lineno", 0)  # a loop's in its body (past its iterable)
+        names += [(m.id, after) for m in ast.walk(target) if isinstance(m, ast.Name)]
         for k, start in names:
             at.setdefault(k, []).append((start, end))
     held = [(n, at.get(getattr(n, "attr", getattr(n, "id", None)), [])) for n in nodes if hasattr(n, "lineno")]
@@ -535,8 +541,8 @@ class SandboxKernelManager(AsyncKernelManager):
         cmd = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "kernel", *cmd, "--IPKernelApp.extensions=aiayn.course.kernel"]
         limits = ["prlimit", f"--as={self.memory_mb << 20}", f"--nproc={self.processes}", f"--fsize={64 << 20}"]
         limits += ["--nofile=256", "--"]  # open files: each deleted while open keeps its disk space unseen
-        if not self.sandbox:
-            return limits + cmd
+        if not self.sandbox:  # (no parent poller: a thread the kernel starts late, which a call would count as the
+            return limits + ["env", "-u", "JPY_PARENT_PID", *cmd]  # student's; the kernel is killed when done)
         cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
         work, home = self.sandbox_dir / "work", self.sandbox_dir / "home"
         shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True, dirs_exist_ok=True)

@@ -13,12 +13,14 @@ Not about the paper: the exercises live in the chapters (book/) and course/.
 
 import base64
 import contextlib
+import ctypes
 import functools
 import importlib
 import io
 import os
 import pkgutil
 import signal
+import struct
 import sys
 import threading
 import time
@@ -29,6 +31,9 @@ import torch
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it keeps 4,000,000 of a notebook)
 NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
+NO_ANSWER["threads"] = 0  # the student's threads that ran beside a call (one started before it, unwatched)
+THREADS = None  # under the grader: the kernel's own threads as it started
+SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322), 56), "aarch64": (0xC00000B7, 277, (221, 281), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
 WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
@@ -53,7 +58,9 @@ def load_ipython_extension(shell) -> None:
     class Forget(dict):  # IPython's record of each cell's output, which keeps nothing
         __contains__, __getitem__ = (lambda self, key: False), (lambda self, key: [])
 
-    shell.history_manager.outputs, left = Forget(), [MAX_OUTPUT]
+    global THREADS
+    shell.history_manager.outputs, left, THREADS = Forget(), [MAX_OUTPUT], frozenset(sys._current_frames())
+    _no_processes()
 
     def capped(write):
         def write_within(text):
@@ -63,6 +70,24 @@ def load_ipython_extension(shell) -> None:
         return write_within
 
     sys.stdout.write, sys.stderr.write = capped(sys.stdout.write), capped(sys.stderr.write)
+
+
+def _no_processes() -> None:
+    """Under the grader: no thread of the kernel can start a process or run a program (a seccomp filter, which nothing
+    in the kernel can lift): a child Python would run the book's code where the call watch does not see it."""
+    arch, nr, refused, clone = SYSCALLS[os.uname().machine]
+    # (code, jump if true, if false, k; 0x50001 is the error EPERM): a foreign architecture's call, or x32's, is
+    # refused; clone3 answers ENOSYS, so that a thread is made with clone; fork, vfork and exec are refused; clone is
+    # let run only with CLONE_THREAD in its flags
+    prog = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (6, 0, 0, 0x50001), (0x20, 0, 0, 0), (0x45, 0, 1, 1 << 30)]
+    prog += [(6, 0, 0, 0x50001), (0x15, 0, 1, 435), (6, 0, 0, 0x50026), *[(0x15, 0, 1, n) for n in refused]]
+    prog[8:] = [x for jump in prog[8:] for x in (jump, (6, 0, 0, 0x50001))]
+    prog += [(0x15, 0, 3, clone), (0x20, 0, 0, 16), (0x45, 1, 0, 0x10000), (6, 0, 0, 0x50001), (6, 0, 0, 0x7FFF0000)]
+    code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in prog))
+    libc = ctypes.CDLL(None, use_errno=True)  # no_new_privs (bubblewrap has set it), then the filter in every thread
+    libc.prctl(38, 1, 0, 0, 0)
+    if libc.syscall(nr, 1, 1, ctypes.c_char_p(struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code)))) != 0:
+        os._exit(70)  # a kernel that could start processes is not graded
 
 
 def run(req: dict, namespace: dict) -> dict:
@@ -77,6 +102,8 @@ def run(req: dict, namespace: dict) -> dict:
     if any(isinstance(a, torch.optim.Optimizer) for a in args):
         importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
     watch = Watch(req["references"], namespace, req.get("defined"))
+    own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
+    answer["threads"] = len(set(sys._current_frames()) - own - {threading.get_ident()}) if own else 0
     start = time.perf_counter()
     try:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
@@ -113,10 +140,8 @@ def to_data(x, depth: int = 0):
         return type(x)(to_data(v, depth + 1) for v in x)
     if type(x) is dict and all(type(k) is str for k in x):
         return {k: to_data(v, depth + 1) for k, v in x.items()}
-    if type(x).__module__ == "numpy" and hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
-        return x.item()
-    if type(x).__name__ == "ndarray" and type(x).__module__ == "numpy" and x.dtype.kind in "biuf":  # numbers only
-        return to_data(torch.from_numpy(x.copy()), depth + 1)
+    if type(x).__module__ == "numpy" and getattr(getattr(x, "dtype", None), "kind", "") in "biuf":  # numbers only
+        return x.item() if x.ndim == 0 else to_data(torch.from_numpy(x.copy()), depth + 1)
     raise TypeError(
         f"your function returned a {type(x).__name__}, which the checks cannot read: return tensors, numbers, "
         "strings, or lists, tuples and dicts of them"
