@@ -1609,3 +1609,27 @@ def test_the_answer_keys_counts_are_the_models():
     pre, post = (count_parameters(make_model(TransformerConfig(norm_first=first))) for first in (True, False))
     assert f"adds {pre - post:,} parameters to the base model ({pre:,} against {post:,})" in key
     assert re.search(r"\$2 \\times 2 \\times 512\$", key) and pre - post == 2 * 2 * 512
+
+
+def test_a_thread_beside_a_call_is_counted_but_not_tqdm_s_monitor(monkeypatch):
+    """A fourteenth trial's: a thread started before the check answered for the function, unseen by the call watch;
+    under the grader each call counts the threads beside the kernel's own. tqdm's monitor, which the book's training
+    starts in a read-only cell, is not the student's."""
+    import threading
+
+    from tqdm import tqdm
+
+    from aiayn.course import kernel
+
+    monkeypatch.setattr(kernel, "THREADS", frozenset(sys._current_frames()))
+    request = {"names": ["f"], "args": [1], "kwargs": {}, "references": [], "seconds": 5}
+    for _ in tqdm(range(2), disable=False, mininterval=0):
+        pass
+    assert kernel.run(dict(request), {"f": abs})["threads"] == 0
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        assert kernel.run(dict(request), {"f": abs})["threads"] == 1
+    finally:
+        stop.set(), worker.join()

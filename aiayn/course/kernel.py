@@ -84,9 +84,9 @@ def _no_processes() -> None:
     prog[8:] = [x for jump in prog[8:] for x in (jump, (6, 0, 0, 0x50001))]
     prog += [(0x15, 0, 3, clone), (0x20, 0, 0, 16), (0x45, 1, 0, 0x10000), (6, 0, 0, 0x50001), (6, 0, 0, 0x7FFF0000)]
     code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in prog))
-    libc = ctypes.CDLL(None, use_errno=True)  # no_new_privs (bubblewrap has set it), then the filter in every thread
-    libc.prctl(38, 1, 0, 0, 0)
-    if libc.syscall(nr, 1, 1, ctypes.c_char_p(struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code)))) != 0:
+    fprog = ctypes.c_char_p(struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code)))  # (length, program)
+    # no_new_privs (bubblewrap has set it), then the filter in every thread (TSYNC)
+    if (libc := ctypes.CDLL(None)).prctl(38, 1, 0, 0, 0) or libc.syscall(nr, 1, 1, fprog) != 0:
         os._exit(70)  # a kernel that could start processes is not graded
 
 
@@ -103,7 +103,9 @@ def run(req: dict, namespace: dict) -> dict:
         importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
     watch = Watch(req["references"], namespace, req.get("defined"))
     own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
-    answer["threads"] = len(set(sys._current_frames()) - own - {threading.get_ident()}) if own else 0
+    monitor = getattr(sys.modules.get("tqdm._monitor"), "TMonitor", None)  # tqdm's, which the book's training starts
+    mine = {i for i in sys._current_frames() if type(threading._active.get(i)) is not monitor} - {threading.get_ident()}
+    answer["threads"] = len(mine - own) if own else 0
     start = time.perf_counter()
     try:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
