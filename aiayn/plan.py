@@ -135,16 +135,6 @@ PROFILES = {
             "settings": {"recipe": "gpu"},
             "candidates": {"gpu-16k": {"max_tokens": 16384}},
         },
-        # the repeat stage's runs with nn.Transformer's layers (the floor), as many at once and for as long
-        "floor": {
-            "parallel": 6,
-            "budget": 470,
-            "eval_reserve": 40,
-            "seeds": [0, 1, 2],
-            "reverse_seeds": [0, 1, 2],
-            "settings": {"recipe": "gpu"},
-            "candidates": {"gpu-16k": {"max_tokens": 16384, "layers": "torch"}},
-        },
         "final": {"parallel": 8, "budget": 520, "seeds": [1, 2], "settings": {"recipe": "gpu"}},
         "speed": [
             ["benchmarks/train_throughput.py", "--out", "{out}/bench_train.json"],
@@ -231,15 +221,6 @@ PROFILES = {
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}},
         },
-        "floor": {
-            "parallel": 2,
-            "budget": 50,
-            "eval_reserve": 35,
-            "seeds": [0],
-            "reverse_seeds": [],
-            "settings": {**TINY, "max_output": 6},
-            "candidates": {"tiny": {"layers": "torch"}},
-        },
         "final": {
             "parallel": 2,
             "budget": 120,
@@ -270,6 +251,11 @@ PROFILES = {
         ],
     },
 }
+# the floor stage: the repeat stage's runs, as many at once and for as long, with nn.Transformer's layers
+for _profile in PROFILES.values():
+    _repeat = _profile["repeat"]
+    _floor = {name: {**changes, "layers": "torch"} for name, changes in _repeat["candidates"].items()}
+    _profile["floor"] = {**_repeat, "candidates": _floor}
 
 
 class PlanError(RuntimeError):
