@@ -604,6 +604,8 @@ class Run:
                     if self.size > 1 else model)
         # the model that steps: wrapped for several processes, compiled
         self.net = torch.compile(self.ddp) if cfg.compile else self.ddp
+        if cfg.compile:  # and the loss: passes over the whole (batch, T, V)
+            self.loss_fn = torch.compile(self.loss_fn)
         # losses of updates not yet read back; the last update checked
         self.pending, self.checked = [], self.progress.step
         self.started = time.perf_counter()
