@@ -182,6 +182,8 @@ def main(argv=None) -> dict:
         else models["nn.Transformer"],
     }
     if args.compile_loss:  # compiled inside train(), with the loss
+        if args.compile_mode == "max-autotune-no-cudagraphs":  # the same mode for the loop's own compile
+            torch._inductor.config.max_autotune = True
         runners["aiayn, loss compiled"] = models["aiayn"]
         flops["aiayn, loss compiled"] = flops["aiayn"]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
