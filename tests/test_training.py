@@ -405,3 +405,14 @@ def test_max_seconds_stops_and_saves_then_resume_continues(tmp_path):
     )
     assert more["step"][-4:] == [history["step"][-1] + i for i in range(4)]
     assert more["stopped_by"] == "max_updates"
+
+
+def test_compile_takes_the_loss_with_the_model():
+    """compile=True: the step's model and its label-smoothed loss (which passes over the batch × length × vocabulary
+    of logits) are both compiled, and the loss keeps what evaluation reads from it; without it neither is."""
+    compiled = Run(tiny(), TrainConfig(compile=True, **QUIET))
+    assert isinstance(compiled.net, torch._dynamo.eval_frame.OptimizedModule)
+    assert isinstance(compiled.loss_fn, torch._dynamo.eval_frame.OptimizedModule)
+    assert compiled.loss_fn.pad_id == 0 and compiled.loss_fn.eps_ls == pytest.approx(0.1)
+    eager = Run(tiny(), TrainConfig(**QUIET))
+    assert isinstance(eager.loss_fn, LabelSmoothingLoss) and eager.net is eager.model
