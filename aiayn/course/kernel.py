@@ -30,9 +30,10 @@ import torch
 
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it keeps 4,000,000 of a notebook)
-NO_ANSWER = {"value": None, "error": None, "missing": False, "timeout": False, "calls": [], "seconds": 0.0}
-NO_ANSWER["threads"] = 0  # the student's threads that ran beside a call (one started before it, unwatched)
+# threads: the student's that ran beside a call (one started before it, which the call watch does not see)
+NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0)
 THREADS = None  # under the grader: the kernel's own threads as it started
+LIBRARY_THREADS = (("tqdm", "tqdm", "monitor"), ("zmq.utils.garbage", "gc", "thread"))  # which the book's cells start
 SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322), 56), "aarch64": (0xC00000B7, 277, (221, 281), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
@@ -103,8 +104,9 @@ def run(req: dict, namespace: dict) -> dict:
         importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
     watch = Watch(req["references"], namespace, req.get("defined"))
     own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
-    monitor = getattr(sys.modules.get("tqdm._monitor"), "TMonitor", None)  # tqdm's, which the book's training starts
-    mine = {i for i in sys._current_frames() if type(threading._active.get(i)) is not monitor} - {threading.get_ident()}
+    # the libraries' own threads (module, object, its thread): tqdm's monitor, pyzmq's collector of large outputs sent
+    theirs = {getattr(getattr(sys.modules.get(m), a, None), b, None) for m, a, b in LIBRARY_THREADS} - {None}
+    mine = {i for i in sys._current_frames() if threading._active.get(i) not in theirs} - {threading.get_ident()}
     answer["threads"] = len(mine - own) if own else 0
     start = time.perf_counter()
     try:
