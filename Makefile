@@ -9,6 +9,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ../shared/data/multi30k
+# test processes: one per core (the tests wait on kernels, browsers and graders about half the time)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 MODEL := book/_static/model
 FIXTURES := web/test/fixtures/fixtures.json
@@ -51,7 +53,7 @@ book: data $(MODEL)/manifest.json
 test: data $(FIXTURES)
 	$(BIN)/python -m aiayn._export --check
 	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
-	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 tests book $(NBVAL)
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -n $(JOBS) --dist loadfile tests book $(NBVAL)
 
 # Write the chapters' export cells into aiayn/.
 export: $(STAMP)
