@@ -9,8 +9,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= ../shared/data/multi30k
-# test processes: one per core (the tests wait on kernels, browsers and graders about half the time)
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# test processes: one per core (the tests wait on kernels, browsers and graders about half the time), and the cores
+# shared out among them: torch's threads spin while they wait, and two processes of two threads on two cores ran
+# some cells fifteen times as slowly as one process did
+CORES := $(shell nproc 2>/dev/null || echo 2)
+JOBS ?= $(CORES)
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 MODEL := book/_static/model
 FIXTURES := web/test/fixtures/fixtures.json
@@ -53,7 +56,8 @@ book: data $(MODEL)/manifest.json
 test: data $(FIXTURES)
 	$(BIN)/python -m aiayn._export --check
 	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
-	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -n $(JOBS) --dist loadfile tests book $(NBVAL)
+	OMP_NUM_THREADS=$$(( $(CORES) / $(JOBS) > 1 ? $(CORES) / $(JOBS) : 1 )) \
+		$(BIN)/python -m pytest -p no:cacheprovider --durations=25 -n $(JOBS) --dist loadfile tests book $(NBVAL)
 
 # Write the chapters' export cells into aiayn/.
 export: $(STAMP)

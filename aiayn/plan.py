@@ -175,7 +175,9 @@ PROFILES = {
         ],
         "decode": ["benchmarks/decode_throughput.py", "--ckpt-dir", "{ckpt}", "--out", "{out}/bench_decode.json"],
     },
-    "tiny": {  # the rehearsal: the same stages with a model and budgets that a 2-core CPU runs in minutes
+    # the rehearsal: the same stages with a model and budgets that a 2-core CPU runs in minutes; the runs stop at
+    # TINY's max_updates, and the budgets leave room for their set-up on a machine busy with other tests
+    "tiny": {
         "bpe_size": 1000,
         "scaling": {
             "concurrency": [1, 2],
@@ -185,8 +187,8 @@ PROFILES = {
         "variations": {
             "rows": ["base", "A-h1", "R-factor1"],
             "parallel": "auto",
-            "budget": 60,
-            "total": 240,
+            "budget": 90,
+            "total": 360,
             "settings": {
                 "base_set": TINY["set"],
                 **{k: v for k, v in TINY.items() if k != "set"},
@@ -196,7 +198,7 @@ PROFILES = {
         },
         "recipes": {
             "parallel": 2,
-            "budget": 60,
+            "budget": 90,
             "eval_reserve": 40,
             "seeds": [0],
             "reverse_seeds": [],
@@ -205,7 +207,7 @@ PROFILES = {
         },
         "longer": {
             "parallel": 1,
-            "budget": 50,
+            "budget": 90,
             "eval_reserve": 35,
             "seeds": [0],
             "reverse_seeds": [],
@@ -214,7 +216,7 @@ PROFILES = {
         },
         "repeat": {
             "parallel": 2,
-            "budget": 50,
+            "budget": 90,
             "eval_reserve": 35,
             "seeds": [0],
             "reverse_seeds": [0],
@@ -223,7 +225,7 @@ PROFILES = {
         },
         "final": {
             "parallel": 2,
-            "budget": 120,
+            "budget": 150,
             "seeds": [],
             "settings": {**TINY, "average_last": 2, "max_output": 6, "decode_batch": 256, "eval_reserve": 100},
         },
