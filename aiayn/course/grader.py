@@ -306,9 +306,10 @@ def _students(nodes: list, stored: list, given) -> set[int]:
     top = {n.name for m in nodes[:1] for n in getattr(m, "body", []) if isinstance(n, DEFINITIONS)}  # (when it runs)
     scopes = [(list(ast.walk(f)), top) for f in nodes if isinstance(f, (ast.FunctionDef, ast.Lambda))]
     comps = [c for c in nodes if isinstance(c, COMPREHENSIONS)]
-    scopes += [([m for m in ast.walk(c) if m not in set(ast.walk(c.generators[0].iter))], set()) for c in comps]
+    scopes += [(list(set(ast.walk(c)) - set(ast.walk(c.generators[0].iter))), set()) for c in comps]
+    stored = set(stored)  # (each set made once: a cell of thousands of nodes is read in time linear in its size)
     for inner, later in scopes:  # (a comprehension's variables are its own, but in the iterable it reads first)
-        local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & set(stored)} | later
+        local = {getattr(m, "id", getattr(m, "arg", 0)) for m in set(inner) & stored} | later
         local -= {g for m in inner if isinstance(m, (ast.Global, ast.Nonlocal)) for g in m.names}
         own |= {id(m) for m in inner if getattr(m, "id", None) in local}
     for block in [b for b in nodes if isinstance(getattr(b, "body", None), list) and not isinstance(b, DEFINITIONS)]:
@@ -857,7 +858,7 @@ GRADER_ERRORS = {"CellTimeoutError", "CellStopped", "Failed", "NotebookTimeLimit
 def _renamed(content: dict) -> None:
     """An exception of the submission's own under a name of the grader's errors: renamed, so that the report cannot
     take it for the grader's."""
-    if content.get("ename") in GRADER_ERRORS:
+    if str(content.get("ename")).startswith((*GRADER_ERRORS, "stopped")):  # as the report reads them
         content["ename"] = f"(the submission's) {content['ename']}"
 
 

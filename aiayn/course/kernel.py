@@ -34,7 +34,7 @@ MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it kee
 NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0)
 THREADS = None  # under the grader: the kernel's own threads as it started
 LIBRARY_THREADS = (("tqdm", "tqdm", "monitor"), ("zmq.utils.garbage", "gc", "thread"))  # which the book's cells start
-SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322), 56), "aarch64": (0xC00000B7, 277, (221, 281), 220)}
+SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322, 319), 56), "aarch64": (0xC00000B7, 277, (221, 281, 279), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
 WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
@@ -75,7 +75,8 @@ def load_ipython_extension(shell) -> None:
 
 def _no_processes() -> None:
     """Under the grader: no thread of the kernel can start a process or run a program (a seccomp filter, which nothing
-    in the kernel can lift): a child Python would run the book's code where the call watch does not see it."""
+    in the kernel can lift): a child Python would run the book's code where the call watch does not see it. Nor can it
+    make a memory file (memfd_create): memory held there is counted by no limit of the kernel's."""
     arch, nr, refused, clone = SYSCALLS[os.uname().machine]
     # (code, jump if true, if false, k; 0x50001 is the error EPERM): a foreign architecture's call, or x32's, is
     # refused; clone3 answers ENOSYS, so that a thread is made with clone; fork, vfork and exec are refused; clone is
@@ -89,6 +90,13 @@ def _no_processes() -> None:
     # no_new_privs (bubblewrap has set it), then the filter in every thread (TSYNC)
     if (libc := ctypes.CDLL(None)).prctl(38, 1, 0, 0, 0) or libc.syscall(nr, 1, 1, fprog) != 0:
         os._exit(70)  # a kernel that could start processes is not graded
+    sys.addaudithook(_no_interpreters)  # (an audit hook stays for the process's life)
+
+
+def _no_interpreters(event: str, args) -> None:
+    """Nor a subinterpreter, which runs in the same thread where the call watch's profiler does not see it."""
+    if event == "cpython.PyInterpreterState_New":
+        raise PermissionError("a subinterpreter cannot start under the grader")
 
 
 def run(req: dict, namespace: dict) -> dict:
@@ -112,8 +120,9 @@ def run(req: dict, namespace: dict) -> dict:
     try:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
         call = (lambda: f(*init)(*args, **kwargs)) if made else (lambda: f(*args, *(init or ()), **kwargs))
+        if req.get("grad") is not None:  # the backward pass inside the watch too: it runs the tensors' hooks
+            call = (lambda forward: lambda: ((v := forward()), torch.autograd.grad(v, args[req["grad"]])[0]))(call)
         value = watch(call, _seconds=req["seconds"])
-        value = (value, torch.autograd.grad(value, args[req["grad"]])[0]) if req.get("grad") is not None else value
         value = (value, list(args)) if req.get("observe") else value
         answer["value"] = to_data(value)
     except (_Timeout, KeyboardInterrupt) as err:  # its own time limit, the grader's interrupt, or the student's own
@@ -130,7 +139,7 @@ def to_data(x, depth: int = 0):
     dicts of them. The checks' recording inputs (``inputs``) give their observations."""
     if depth > 20:
         raise TypeError("your function returned data nested more than 20 levels deep")
-    if hasattr(type(x), "__data__") and type(x).__module__ == "aiayn.course.inputs":
+    if type(x) is getattr(sys.modules.get("aiayn.course.inputs"), type(x).__name__, None):  # (the checks' own class)
         return to_data(x.__data__(), depth + 1)
     if type(x) in (torch.Tensor, torch.nn.Parameter):
         if x.numel() > MAX_ELEMENTS:
@@ -144,7 +153,8 @@ def to_data(x, depth: int = 0):
         return type(x)(to_data(v, depth + 1) for v in x)
     if type(x) is dict and all(type(k) is str for k in x):
         return {k: to_data(v, depth + 1) for k, v in x.items()}
-    if type(x).__module__ == "numpy" and getattr(getattr(x, "dtype", None), "kind", "") in "biuf":  # numbers only
+    np = sys.modules.get("numpy")  # numpy's own arrays and scalars of numbers only (a look-alike's item() runs later)
+    if np and (type(x) is np.ndarray or type(x) in np.sctypeDict.values()) and x.dtype.kind in "biuf":
         return x.item() if x.ndim == 0 else to_data(torch.from_numpy(x.copy()), depth + 1)
     raise TypeError(
         f"your function returned a {type(x).__name__}, which the checks cannot read: return tensors, numbers, "
