@@ -1,7 +1,8 @@
-"""What grading costs per submission, in the bubblewrap sandbox and without it: `nbgrader autograde` of the same
-honest submissions of `label_smoothing` (the demo's right answer), the two set-ups alternating, best round each; and
-the grader's own peak memory (the nbgrader process, not its kernels) grading one honest submission and one that prints
-without end.
+"""What grading costs per submission, in the bubblewrap sandbox, without it, and with nbgrader as it comes (its own
+Execute, the checks run in the student's kernel, as the book's grader never does): `nbgrader autograde` of the same
+honest submissions of `label_smoothing` (the demo's right answer), the three set-ups taking turns, best round each;
+and the grader's own peak memory (the nbgrader process, not its kernels) grading one honest submission and one that
+prints without end.
 
     python benchmarks/course_cycle.py          # writes results/course_cycle.json (about 3 min on 2 cores)
     python benchmarks/course_cycle.py --submissions 2 --rounds 1 --out /tmp/course_cycle.json   # a quick check
@@ -20,11 +21,14 @@ from pathlib import Path
 from _common import ROOT, write
 
 
-def course(folder: Path, sandbox: bool, submissions: int) -> Path:
-    """A course of one assignment with `submissions` copies of the demo's right answer."""
+def course(folder: Path, sandbox: bool, submissions: int, stock: bool = False) -> Path:
+    """A course of one assignment with `submissions` copies of the demo's right answer (`stock`: graded by nbgrader's
+    own preprocessors, as a course without the book's configuration would be)."""
     from aiayn.course import assignments as c
 
     c.write_course(folder, ["label_smoothing"], sandbox=sandbox)
+    if stock:
+        (folder / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
     nbgrader(folder, "generate_assignment", "label_smoothing")
     demos = [path.parents[1] for path in c.demo_submissions(folder)]  # submitted/<student>/label_smoothing/...
     for k in range(submissions):
@@ -101,11 +105,11 @@ def main() -> int:
 
     if sandbox_problem():
         raise SystemExit(f"error: {sandbox_problem()}")
-    seconds = {"sandbox": [], "plain": []}
+    seconds = {"sandbox": [], "plain": [], "nbgrader": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name in seconds:
-                folder = course(Path(tmp) / f"{name}{r}", name == "sandbox", args.submissions)
+                folder = course(Path(tmp) / f"{name}{r}", name == "sandbox", args.submissions, name == "nbgrader")
                 start = time.perf_counter()
                 nbgrader(folder, "autograde", "label_smoothing")
                 seconds[name].append(time.perf_counter() - start)
@@ -122,10 +126,13 @@ def main() -> int:
         "autograde_seconds": seconds,
         "seconds_per_submission": per,
         "ratio_sandbox_over_plain": per["sandbox"] / per["plain"],
+        "ratio_sandbox_over_nbgrader": per["sandbox"] / per["nbgrader"],
         "grader_peak_mib": memory,
         "flood_report": flood_report,
     }
-    print(f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s")
+    print(
+        f"per submission: sandbox {per['sandbox']:.2f} s, plain {per['plain']:.2f} s, nbgrader {per['nbgrader']:.2f} s"
+    )
     print(
         f"grader's peak memory: {memory['honest']} MiB (honest), {memory['flood']} MiB (prints without end), "
         f"{memory['display_flood']} MiB (displays without end)"

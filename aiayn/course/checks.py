@@ -60,6 +60,9 @@ class Assignment:
     references: list[str] = field(default_factory=list)  # dotted paths of what the student's code may not call
     minutes: int = 0  # suggested time, for the larger assignments
     checks: list[Check] = field(default_factory=list)
+    # the book's classes among the references that the exercise hands to the student's function or asks it to build:
+    # named in the student's cells, they are not flagged as the book's code (calling them still is)
+    given: list[str] = field(default_factory=list)
 
     @property
     def points(self) -> int:
@@ -69,10 +72,11 @@ class Assignment:
 ASSIGNMENTS: dict[str, Assignment] = {}
 
 
-def _assignment(key, title, notebook, names, signature, references=(), minutes=0):
+def _assignment(key, title, notebook, names, signature, references=(), minutes=0, given=()):
     def register(make_checks):
+        checks = [Check(*c) for c in make_checks()]
         ASSIGNMENTS[key] = Assignment(
-            key, title, notebook, list(names), signature, list(references), minutes, [Check(*c) for c in make_checks()]
+            key, title, notebook, list(names), signature, list(references), minutes, checks, list(given)
         )
         return make_checks
 
@@ -502,6 +506,7 @@ def _multi_head(layer, x, mask=None):
         "torch.nn.functional.multi_head_attention_forward",
     ],
     45,
+    given=["MultiHeadAttention"],
 )
 def _multi_head_checks():
     torch = _torch()
@@ -633,6 +638,7 @@ def _mha_parameters_checks():
     ["ffn_einsum"],
     "ffn_einsum(ffn: PositionwiseFeedForward, x) -> (batch, len, d_model), without calling ffn or its layers",
     ["aiayn.feed_forward.PositionwiseFeedForward.forward", "torch.nn.Linear.forward", "torch.nn.functional.linear"],
+    given=["PositionwiseFeedForward"],
 )
 def _ffn_checks():
     torch = _torch()
@@ -667,7 +673,8 @@ def _ffn_checks():
     ["ffn_from_convs"],
     "ffn_from_convs(conv_1, conv_2) -> a PositionwiseFeedForward computing conv_2(relu(conv_1(x))), for two "
     "nn.Conv1d of kernel size 1",
-    ["torch.nn.Conv1d.forward", "torch.nn.functional.conv1d"],  # the module built, not the convolutions run
+    # the module built, not the convolutions run (by any route: every convolution of PyTorch's runs its operator)
+    ["torch.nn.Conv1d.forward", "torch.nn.functional.conv1d", "torch.convolution"],
 )
 def _ffn_from_convs_checks():
     torch = _torch()
@@ -1517,13 +1524,18 @@ def _padding_fraction_checks():
 
     def agrees(f, call):
         lengths = [(3, 4), (5, 2), (1, 1), (7, 6), (2, 9)]
-        for batches in ([[0, 1, 2, 3, 4]], [[0], [1], [2], [3], [4]], [[0, 2], [1, 3, 4]]):
+        cases = [(b, lengths) for b in ([[0, 1, 2, 3, 4]], [[0], [1], [2], [3], [4]], [[0, 2], [1, 3, 4]])]
+        rng = _rng("padding_fraction")  # and sentences and batches drawn anew for each grading
+        drawn = [(rng.randint(1, 40), rng.randint(1, 40)) for _ in range(rng.randint(6, 12))]
+        order = rng.sample(range(len(drawn)), len(drawn))
+        cases.append(([order[i : i + 3] for i in range(0, len(order), 3)], drawn))
+        for batches, lengths in cases:
             want = fraction(batches, lengths)
             got = float(call(f, [list(b) for b in batches], list(lengths)))
             if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
                 raise Failed(f"batches {batches} of the lengths {lengths}: {_relative(got, want)}")
 
-    return [("agrees", "the padding fraction of three batchings", 1, agrees)]
+    return [("agrees", "the padding fraction of three batchings, and of one drawn at random", 1, agrees)]
 
 
 @_assignment(
@@ -1536,11 +1548,13 @@ def _padding_fraction_checks():
 )
 def _shift_checks():
     def agrees(f, call):
-        for y in ([5, 6, 7], [9], []):
-            got = call(f, list(y), 1, 2)
-            _equal(tuple(list(map(int, part)) for part in got), ([1, *y], [*y, 2]), f"shift({y}, bos_id=1, eos_id=2)")
+        rng = _rng("shift")  # and a sentence and its ids drawn anew for each grading
+        drawn = ([rng.randint(3, 8000) for _ in range(rng.randint(2, 12))], rng.randint(3, 20), rng.randint(21, 40))
+        for y, bos, eos in [([5, 6, 7], 1, 2), ([9], 1, 2), ([], 1, 2), drawn]:
+            got = call(f, list(y), bos, eos)
+            _equal(tuple(list(map(int, part)) for part in got), ([bos, *y], [*y, eos]), f"shift({y}, {bos}, {eos})")
 
-    return [("agrees", "decoder input and output for three sentences", 1, agrees)]
+    return [("agrees", "decoder input and output for three sentences, and one drawn at random", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Not about the paper: the exercises live in the chapters (book/) and course/, and
 
 import ast
 import asyncio
+import atexit
 import base64
 import contextlib
 import copy
@@ -55,6 +56,9 @@ MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before
 RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
 LOST = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over {RECEIVE_QUEUE} at once"
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc")  # what every sandbox sees, read-only
+WORK = "/submission"  # where a kernel sees the copy of its submission's folder, its working folder
+SPARE: list = []  # a kernel started for the next notebook to be graded (its folder goes when the grader ends)
+atexit.register(lambda: subprocess.run(["rm", "-rf", "--", *[km.sandbox_dir for km in SPARE]], **QUIET))
 MAX_FILE = 64 << 20  # bytes: a submission holding a larger file is not graded (as large as a kernel may write one)
 
 # ----------------------------------------------------------------------------------------------------------
@@ -202,10 +206,14 @@ SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
-SUSPECT_MODULES |= {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado"}  # strings
-# run as code, threads (tornado's executor, started before a check, runs what the call watch never sees); and resolvers:
+# strings run as code, threads (tornado's executor, started before a check, runs what the call watch never sees), and
+# modules that set any object's attributes (argparse's parse_args(namespace=torch)); and resolvers:
+LATER = {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado", "argparse", "optparse"}
+SUSPECT_MODULES |= LATER
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
-RESOLVERS |= {"get_field", "update_wrapper", "get_type_hints"}  # string.Formatter's "0.__globals__", functools, typing
+# string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
+RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints"}
+SUSPECT_ATTRIBUTES |= LATER | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
@@ -213,7 +221,8 @@ SUSPECT_MODULES |= {"struct", "array", "base64", "binascii", "codecs", "zlib", "
 SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64decode", "decompress"}  # from bytes
 OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
 TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
-MAGIC = re.compile(r"^[ \t]*(%%?\w+|!|[/,;])|\?[ \t]*$", flags=re.M)  # a magic, shell, autocall or help line
+# a magic, shell, autocall or help line, and a magic's or shell's output assigned (x = !ls, x, y = %sx ls)
+MAGIC = re.compile(r"^[ \t]*(?:[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*)?(%%?\w+|!|[/,;])|\?[ \t]*$", flags=re.M)
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 QUIET_MAGICS = SAFE_MAGICS | {"%pinfo", "%pinfo2", "%psearch"}  # and help lines (x?), which only show help
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
@@ -356,7 +365,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         elif isinstance(n, ast.Attribute) and getattr(n.value, "id", None) in classes:  # (a method's self: any object)
             found.append(f"{n.value.id}.{n.attr} (an attribute taken from the class, not from an object of it)")
         elif _type_of(getattr(n, "func", None)) or isinstance(n, (ast.Attribute, ast.Assign)) and _type_of(n.value):
-            found.append("an object's class (type(...)) called, read or kept")  # type(layer)(...): a chapter's class
+            # type(layer)(...): a chapter's class; but for its name (type(err).__name__)
+            found += ["an object's class (type(...)) called, read or kept"] * (getattr(n, "attr", 0) != "__name__")
         elif isinstance(n, ast.Attribute) and (n.attr in SUSPECT_ATTRIBUTES or n.attr.startswith("_")):
             if (n.attr, _root(n.value)) not in {("__init__", "super"), ("compile", "re")}:  # super().__init__, re's
                 found.append(f".{n.attr}")
@@ -544,22 +554,26 @@ class SandboxKernelManager(AsyncKernelManager):
         limits += ["--nofile=256", "--"]  # open files: each deleted while open keeps its disk space unseen
         if not self.sandbox:  # (no parent poller: a thread the kernel starts late, which a call would count as the
             return limits + ["env", "-u", "JPY_PARENT_PID", *cmd]  # student's; the kernel is killed when done)
-        cwd = Path(self._launch_args.get("cwd") or Path.cwd()).resolve()
-        work, home = self.sandbox_dir / "work", self.sandbox_dir / "home"
-        shutil.copytree(cwd, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True, dirs_exist_ok=True)
-        home.mkdir(exist_ok=True)
+        self.receive(None)  # (its submission comes when it is given one: it may start while another is graded)
+        return limits + ["bwrap", *_base(), *self._view(), "--", *_unprivileged(self.uid)] + cmd
+
+    def receive(self, folder: Path | None) -> None:
+        """A copy of the submission's folder (but its notebooks) in the kernel's working folder, owned by the kernel's
+        user: before any code of the submission runs in it."""
+        (work := self.sandbox_dir / "work").mkdir(exist_ok=True), (self.sandbox_dir / "home").mkdir(exist_ok=True)
+        if folder and self.sandbox:  # (without the sandbox, the kernel runs in the submission's own folder)
+            shutil.copytree(folder, work, ignore=shutil.ignore_patterns("*.ipynb"), symlinks=True, dirs_exist_ok=True)
         for path in [self.sandbox_dir, *self.sandbox_dir.rglob("*")] if os.geteuid() == 0 else []:
             os.chown(path, self.uid, self.uid, follow_symlinks=False)
-        return limits + ["bwrap", *_base(), *self._view(cwd, work, home), "--", *_unprivileged(self.uid)] + cmd
 
-    def _view(self, cwd: Path, work: Path, home: Path) -> list[str]:
+    def _view(self) -> list[str]:
         from aiayn import ROOT, data
 
         package = Path(kernel.__file__).resolve().parents[1]
         readable = [Path(sys.base_prefix), Path(sys.prefix), package, data.cache_dir(), data.pretrained_dir()]
         readable += [ROOT / "results", ROOT / "pretrained"]
         readable = sorted({p.resolve() for p in readable if p.exists()})  # a folder before what it holds
-        mounts = readable + [self.sandbox_dir, cwd]
+        mounts = readable + [self.sandbox_dir]
         parents = {a for p in mounts for a in p.parents if not any(a.is_relative_to(m) for m in mounts)}
         box = [arg for a in sorted(parents - {Path("/")}) for arg in ("--perms", "0755", "--dir", str(a))]
         box += [arg for path in readable for arg in ("--ro-bind", str(path), str(path))]
@@ -567,14 +581,15 @@ class SandboxKernelManager(AsyncKernelManager):
         box += ["--tmpfs", str(course)]
         box += [a for p in (course / "kernel.py", course / "inputs.py") for a in ("--ro-bind", str(p), str(p))]
         box += ["--ro-bind", "/dev/null", str(course / "__init__.py"), "--remount-ro", str(course)]
-        box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(work), str(cwd)]
+        box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(self.sandbox_dir / "work"), WORK]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        env |= {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "USER": "student", "LOGNAME": "student"}
-        env |= {"TMPDIR": "/tmp", "PYTHONSAFEPATH": 1}  # no module of its own folder stands in for the book's ones
+        env |= dict.fromkeys(("HOME", "MPLCONFIGDIR", "IPYTHONDIR"), self.sandbox_dir / "home")
+        # PYTHONSAFEPATH: no module of its own folder stands in for the book's ones
+        env |= {"USER": "student", "LOGNAME": "student", "TMPDIR": "/tmp", "PYTHONSAFEPATH": 1}
         env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
         # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
         box += ["--clearenv"] + [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
-        return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", str(cwd)]  # bubblewrap ends the kernel with us
+        return box + ["--unsetenv", "JPY_PARENT_PID", "--chdir", WORK]  # bubblewrap ends the kernel with us
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -608,8 +623,15 @@ class Execute(NbGraderExecute):
         from aiayn.course.checks import ASSIGNMENTS
 
         self._checks = {f"{a.key}_{c.key}": (a.key, c.key) for a in ASSIGNMENTS.values() for c in a.checks}
+        # the kernel started while the notebook before ran (its start, mostly importing PyTorch, takes a core while
+        # that notebook takes the other), and one started now for the next notebook
+        self._ready, SPARE[:] = SPARE[:], []
+        if self.config.SandboxKernelManager.get("sandbox", True):  # (a kernel without it starts in its submission)
+            name = nb.metadata.get("kernelspec", {}).get("name", "python3")
+            SPARE.append(self.kernel_manager_class(kernel_name=name, config=self.config))
+            run_sync(SPARE[0].start_kernel)(extra_arguments=self.extra_arguments)
         self._flag(nb, resources, ASSIGNMENTS)
-        self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, []
+        self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, self._ready[:]
         while True:
             self._out, self._cell, self._stmt, self._call_timeout = {}, None, None, None
             try:
@@ -624,7 +646,11 @@ class Execute(NbGraderExecute):
                 subprocess.run(["rm", "-rf", "--", *[m.sandbox_dir for m in self._folders]], **QUIET)  # at any depth
 
     def create_kernel_manager(self):
-        self._folders.append(super().create_kernel_manager())
+        name = self.nb.metadata.get("kernelspec", {}).get("name", "python3")  # (self._ready: in self._folders)
+        ready = [km for km in self._ready if km.kernel_name == name and km.provisioner.process.poll() is None]
+        self.km, self._ready = ready[0] if ready else super().create_kernel_manager(), []
+        self._folders += [] if ready else [self.km]
+        self.km.receive(Path(self.resources.get("metadata", {}).get("path") or "."))
         return self.km
 
     def _update_display_id(self, display_id, msg) -> None:
@@ -652,7 +678,9 @@ class Execute(NbGraderExecute):
         deadline = time.monotonic() + FLAG_SECONDS  # the flags' time: a cell can be made costly to read
         trees = [n for c in mine if time.monotonic() < deadline for n in _nodes(c.source, magics=True)]
         modules = {(a.asname or a.name).split(".")[0] for n in trees if isinstance(n, IMPORTS) for a in n.names}
-        book = {p.split(".")[2] for a in graded for p in assignments[a].references if p[:6] == "aiayn."}  # not torch's
+        # the book's own code (not torch's) that an assignment asks the student to write anew, but what it hands over
+        asked = [(p, assignments[a].given) for a in graded for p in assignments[a].references if p[:6] == "aiayn."]
+        book = {p.split(".")[2] for p, handed in asked if p.split(".")[2] not in handed}
         built, given, self._defined = set(), {}, {}  # built with the book's code, the student's names (grows with each
         # of the student's cells: what the cells before it bound), the book's definitions (for the call watch)
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
@@ -701,8 +729,10 @@ class Execute(NbGraderExecute):
     def _by_statement(self, cell, resources, index):
         """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
         source = cell.source  # as the Python that IPython runs for it: magic and shell lines as the calls they are
-        with contextlib.suppress(Exception):  # what IPython cannot transform runs as it is, and fails there
-            source = TransformerManager().transform_cell(source)
+        # what IPython cannot transform runs as it is, and fails there; so does a cell past the flags' bound on magics
+        if len(MAGIC.findall(source)) * len(source) <= 2 * FLAG_CHARS:  # (IPython reads it all again for each)
+            with contextlib.suppress(Exception):
+                source = TransformerManager().transform_cell(source)
         module, at = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
         for node in module[0].body if module else []:
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
