@@ -4,7 +4,7 @@ honest submissions of `label_smoothing` (the demo's right answer), the three set
 and the grader's own peak memory (the nbgrader process, not its kernels) grading one honest submission and one that
 prints without end.
 
-    python benchmarks/course_cycle.py          # writes results/course_cycle.json (about 3 min on 2 cores)
+    python benchmarks/course_cycle.py          # writes results/course_cycle.json (about 10 min on 2 cores)
     python benchmarks/course_cycle.py --submissions 2 --rounds 1 --out /tmp/course_cycle.json   # a quick check
 """
 

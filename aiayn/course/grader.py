@@ -208,12 +208,12 @@ PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
 # strings run as code, threads (tornado's executor, started before a check, runs what the call watch never sees), and
 # modules that set any object's attributes (argparse's parse_args(namespace=torch)); and resolvers:
-LATER = {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado", "argparse", "optparse"}
-SUSPECT_MODULES |= LATER
+REACH = {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado", "argparse", "optparse"}
+SUSPECT_MODULES |= REACH
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 # string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
 RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints"}
-SUSPECT_ATTRIBUTES |= LATER | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
+SUSPECT_ATTRIBUTES |= REACH | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
@@ -244,7 +244,7 @@ def _nodes(source: str, magics: bool = False) -> list:
     runs it (a "%" line inside brackets is Python's modulo), and of the code its safe magics run (``%time``,
     ``%%capture``, ...) but not IPython's own calls of them ([] when a safe magic's code is not Python, or when its
     magic lines times its length pass twice ``FLAG_CHARS``: IPython reads the whole cell again for each)."""
-    if len(source) > FLAG_CHARS or magics and len(MAGIC.findall(source)) * len(source) > 2 * FLAG_CHARS:
+    if len(source) > FLAG_CHARS or magics and _past_magic_bound(source):
         return []
     read, ours = (TransformerManager().transform_cell if magics else textwrap.dedent), "get_ipython" not in source
     try:
@@ -265,6 +265,12 @@ def _nodes(source: str, magics: bool = False) -> list:
     except Exception:  # noqa: BLE001  (not Python, nested past the parser's limits, or a magic's options wrong)
         return []
     return list(ast.walk(tree)) + inner
+
+
+def _past_magic_bound(source: str) -> bool:
+    """Whether a cell's magic, help and autocall lines times its length pass twice ``FLAG_CHARS``: IPython reads the
+    whole cell again for each such line, so reading it as IPython does could take minutes."""
+    return len(MAGIC.findall(source)) * len(source) > 2 * FLAG_CHARS
 
 
 def _named(text: str) -> bool:
@@ -625,10 +631,9 @@ class Execute(NbGraderExecute):
         self._checks = {f"{a.key}_{c.key}": (a.key, c.key) for a in ASSIGNMENTS.values() for c in a.checks}
         # the kernel started while the notebook before ran (its start, mostly importing PyTorch, takes a core while
         # that notebook takes the other), and one started now for the next notebook
-        self._ready, SPARE[:] = SPARE[:], []
+        self._ready, SPARE[:], self._kernel = SPARE[:], [], nb.metadata.get("kernelspec", {}).get("name", "python3")
         if self.config.SandboxKernelManager.get("sandbox", True):  # (a kernel without it starts in its submission)
-            name = nb.metadata.get("kernelspec", {}).get("name", "python3")
-            SPARE.append(self.kernel_manager_class(kernel_name=name, config=self.config))
+            SPARE.append(self.kernel_manager_class(kernel_name=self._kernel, config=self.config))
             run_sync(SPARE[0].start_kernel)(extra_arguments=self.extra_arguments)
         self._flag(nb, resources, ASSIGNMENTS)
         self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, self._ready[:]
@@ -646,8 +651,8 @@ class Execute(NbGraderExecute):
                 subprocess.run(["rm", "-rf", "--", *[m.sandbox_dir for m in self._folders]], **QUIET)  # at any depth
 
     def create_kernel_manager(self):
-        name = self.nb.metadata.get("kernelspec", {}).get("name", "python3")  # (self._ready: in self._folders)
-        ready = [km for km in self._ready if km.kernel_name == name and km.provisioner.process.poll() is None]
+        # the kernel started for this notebook, if it still runs (self._ready: in self._folders, taken or not)
+        ready = [km for km in self._ready if km.kernel_name == self._kernel and km.provisioner.process.poll() is None]
         self.km, self._ready = ready[0] if ready else super().create_kernel_manager(), []
         self._folders += [] if ready else [self.km]
         self.km.receive(Path(self.resources.get("metadata", {}).get("path") or "."))
@@ -730,7 +735,7 @@ class Execute(NbGraderExecute):
         """A cell that was stopped, run again one top-level statement at a time, without the statements stopped."""
         source = cell.source  # as the Python that IPython runs for it: magic and shell lines as the calls they are
         # what IPython cannot transform runs as it is, and fails there; so does a cell past the flags' bound on magics
-        if len(MAGIC.findall(source)) * len(source) <= 2 * FLAG_CHARS:  # (IPython reads it all again for each)
+        if not _past_magic_bound(source):
             with contextlib.suppress(Exception):
                 source = TransformerManager().transform_cell(source)
         module, at = _nodes(source)[:1], []  # no module for code that is not Python: the cell is skipped whole
