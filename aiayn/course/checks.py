@@ -1919,6 +1919,9 @@ def _bleu_checks():
 )
 def _repeats_checks():
     def agrees(f, call):
+        rng = _rng("repeats")  # and a sentence drawn anew for each grading: runs of 1 to 4 of few words
+        runs = [[rng.choice(["ein", "der", "Hund", "a"])] * rng.randint(1, 4) for _ in range(rng.randint(3, 6))]
+        drawn = " ".join(w for run in runs for w in run)
         for sentence in [
             "ein Mann einem einem einem",
             "ein ein Mann",
@@ -1926,13 +1929,14 @@ def _repeats_checks():
             "a a a",
             "a b a b a b",
             "Hund Hund Hund Hund",
+            drawn,
         ]:
             for times in (2, 3, 4):
                 words = sentence.split()
                 want = any(len(set(words[i : i + times])) == 1 for i in range(len(words) - times + 1))
                 _equal(bool(call(f, sentence, times)), want, f"my_repeats({sentence!r}, {times})")
 
-    return [("agrees", "six sentences, 2 to 4 repetitions", 1, agrees)]
+    return [("agrees", "six sentences and one drawn at random, 2 to 4 repetitions", 1, agrees)]
 
 
 # ----------------------------------------------------------------------------------------------------------
