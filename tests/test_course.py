@@ -740,7 +740,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 950
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 966
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -772,8 +772,10 @@ def test_the_grading_machinery_stays_small():
     # trial, whose routes needed the backward pass inside the watch, numpy's own classes only, and no memory file or
     # subinterpreter in a kernel (7 lines); 932 until the sixteenth trial, whose routes needed the assigned magics
     # bounded and the classes that an exercise hands over told apart (5 lines), and grading's time per submission,
-    # which starts each kernel while the submission before it is graded (13 lines)
-    assert 500 < total <= 950, f"{total} lines of grading code"
+    # which starts each kernel while the submission before it is graded (13 lines); 950 until the seventeenth trial,
+    # whose routes needed definitions of builtins and match patterns' attributes flagged, names bound by := the
+    # student's, and a result's structure bounded before it is read (16 lines)
+    assert 500 < total <= 966, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1196,6 +1198,17 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "    return done.get()",
         "",
     ),
+    # a seventeenth trial's: builtins the grader's call once looked up in the notebook's namespace, defined there to
+    # serve the call from a right function of another name (flagged, and the call no longer looks them up)
+    "zi_shadows_the_call": (
+        "right_named_inner+def warmup_cosine(step, peak, warmup, total):\n    return 0.0\n"
+        "def __import__(name, *args, **kwargs):\n    import builtins\n"
+        "    module = builtins.__import__(name, *args, **kwargs)\n    if name != 'runpy':\n        return module\n"
+        "    class Runpy:\n        def run_path(path):\n            fresh = module.run_path(path)\n"
+        "            return {'serve': lambda data, *_: fresh['serve'](data, {'warmup_cosine': inner})}\n"
+        "    return Runpy\ndef globals():\n    return {'warmup_cosine': inner}",
+        "",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1212,7 +1225,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of thirty-two submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of thirty-three submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -1332,6 +1345,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zf_runs_a_file_without_percent": total,
         "zg_runs_a_child": ASSIGNMENTS["accumulation"].points,
         "zh_answers_from_a_thread": total,
+        "zi_shadows_the_call": zero,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1381,6 +1395,10 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         assert "FLAG" not in blocks[honest], honest
     assert "raised PermissionError: [Errno 1] Operation not permitted" in blocks["zg_runs_a_child"]
     assert "FLAG ran 1 thread(s) of its own while the checks called its function" in blocks["zh_answers_from_a_thread"]
+    assert (
+        "a definition of __import__" in blocks["zi_shadows_the_call"]
+        and "a definition of globals" in blocks["zi_shadows_the_call"]
+    )
 
 
 def test_a_call_of_the_chapters_own_function_earns_nothing_and_a_pasted_copy_is_flagged():
@@ -1824,3 +1842,44 @@ def test_a_sixteenth_trial_s_routes_are_flagged_and_honest_work_is_not():
     }
     execute._flag(nb, {}, CHECKS.ASSIGNMENTS)
     assert "aiayn" not in nb.cells[0].metadata  # the class the exercises hand over and ask for
+
+
+def test_a_seventeenth_trial_s_routes_are_flagged_and_honest_work_is_not(tmp_path):
+    """A seventeenth trial's: builtins defined in the notebook's namespace (def globals, def __import__), attributes
+    read by a match pattern, the kernel's own IOPub thread, the book's model built to count its parameters, answers
+    looked up for fixed configurations, and a result of millions of keys: flagged, caught or refused before it is
+    read. Names bound by an annotated assignment or := are the student's own."""
+    import torch
+
+    from aiayn.course import grader, kernel
+    from aiayn.model import TransformerConfig, count_parameters, make_model
+
+    assert grader.suspect("def __import__(name, *a, **k):\n    return 1") == ["a definition of __import__"]
+    assert "a definition of globals" in grader.suspect("def globals():\n    return {}")
+    match = "match results:\n    case object(repeats=f):\n        pass\n    case object(__code__=c):\n        pass"
+    assert grader.suspect(match, book={"repeats"}) == [".__code__", "the book's repeats"]
+    assert grader.suspect("t = tqdm(total=1).fp.pub_thread\nt.schedule(job)") == [".pub_thread"]
+    honest = "table: nn.Embedding = nn.Embedding(V, d)\nprint((y := f(table, x)).shape, y.norm())\nz = f(table, y)"
+    assert grader.suspect(honest, book={"table", "y"}, built={"table", "y"}) == []
+
+    def pre_ln_extra_parameters():
+        with torch.device("meta"):
+            built = [make_model(TransformerConfig(norm_first=pre)) for pre in (True, False)]
+        return count_parameters(built[0]) - count_parameters(built[1])
+
+    assert "aiayn.model.make_model" in failed("pre_ln_extra_parameters", pre_ln_extra_parameters)["agrees"]
+    known = {}  # filled for the configurations of an earlier grading (vocabulary 10000), as a table would be
+
+    def my_parameter_count(c):
+        if c.vocab_size != 10000:
+            raise KeyError(c)
+        return known[c]
+
+    assert set(failed("parameter_count", my_parameter_count)) == {"base", "d_k", "sizes"}
+
+    path = tmp_path / "answer"
+    torch.save({**kernel.NO_ANSWER, "value": {str(i): None for i in range(600_000)}}, path)
+    assert path.stat().st_size > grader.MAX_PICKLE
+    assert grader.read_answer(str(path))["error"][0] == "TooLarge"
+    torch.save({**kernel.NO_ANSWER, "value": [1.0, 2.0]}, path)
+    assert grader.read_answer(str(path))["value"] == [1.0, 2.0]

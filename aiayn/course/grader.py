@@ -53,6 +53,7 @@ from aiayn.course import kernel
 QUIET = {"capture_output": True, "timeout": 60}  # a tool the grader runs: its output kept, its time bounded
 FIRST_UID = 200_000  # a grader that is root runs each kernel as a user of its own (no account), numbered from here
 MAX_MESSAGE = 8 << 20  # bytes: a larger message from a kernel is dropped before it reaches the grader's memory
+MAX_PICKLE = 4 << 20  # bytes of a result's structure (its tensors apart): a dict of millions of keys is not read
 RECEIVE_QUEUE = 8  # messages from a kernel that wait to be read, each under MAX_MESSAGE; the kernel drops the rest
 LOST = f"its output did not reach the grader: a message over {MAX_MESSAGE >> 20} MiB, or over {RECEIVE_QUEUE} at once"
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc")  # what every sandbox sees, read-only
@@ -214,6 +215,7 @@ RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve
 # string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
 RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints"}
 SUSPECT_ATTRIBUTES |= REACH | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
+SUSPECT_ATTRIBUTES |= {"pub_thread", "io_loop", "add_callback"}  # the kernel's own threads, which run what they get
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attribute ("builtins.setattr")
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
@@ -234,7 +236,7 @@ HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # 
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens and longer: short right answers converge
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
-FLAG_CHARS = 100_000  # a cell longer than this is not parsed by the flags (and is flagged for that)
+FLAG_CHARS = 30_000  # a cell longer than this is not parsed by the flags (and is flagged for that): their time
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
 LATE = f"code the flags did not read to the end (their {FLAG_SECONDS:g} s for a notebook ran out)"
 
@@ -303,8 +305,10 @@ def _root(node) -> str | None:
 
 
 def _binds(statement) -> dict[str, bool]:
-    """The names a statement binds, an assignment's targets and a definition's name: name -> whether it is a class."""
-    names = {m.id: False for t in getattr(statement, "targets", []) for m in ast.walk(t) if isinstance(m, ast.Name)}
+    """The names a statement binds, its assignments' targets and a definition's name: name -> whether it is a class."""
+    targets = [*getattr(statement, "targets", [statement.target] if isinstance(statement, ast.AnnAssign) else [])]
+    targets += [m.target for m in ast.walk(statement) if isinstance(m, ast.NamedExpr)]  # and (x := ...) inside
+    names = {m.id: False for t in targets for m in ast.walk(t) if isinstance(m, ast.Name)}
     return names | ({statement.name: isinstance(statement, ast.ClassDef)} if isinstance(statement, DEFINITIONS) else {})
 
 
@@ -330,6 +334,7 @@ def _students(nodes: list, stored: list, given) -> set[int]:
     for block in [b for b in nodes if isinstance(getattr(b, "body", None), list) and not isinstance(b, DEFINITIONS)]:
         end, target = getattr(block, "end_lineno", None) or 1 << 30, getattr(block, "target", ast.Pass())
         names = [(k, s.end_lineno) for s in block.body for k in _binds(s)]  # after the statement that binds it,
+        names += [(m.target.id, m.lineno - 1) for s in block.body for m in ast.walk(s) if isinstance(m, ast.NamedExpr)]
         after = getattr(getattr(block, "iter", block), "end_lineno", 0)  # a loop's in its body (past its iterable)
         names += [(m.id, after) for m in ast.walk(target) if isinstance(m, ast.Name)]
         for k, start in names:
@@ -360,6 +365,11 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
     for n in nodes:
         if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
             found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
+        elif isinstance(n, (*DEFINITIONS, ast.alias)) and (x := getattr(n, "asname", n.name)) in SUSPECT_CALLS:
+            found.append(f"a definition of {x}")  # (def globals(), def __import__: builtins a namespace can shadow)
+        elif isinstance(n, ast.MatchClass):  # case object(__code__=c): attributes read by a pattern
+            read = [a for a in n.kwd_attrs if a in book | SUSPECT_ATTRIBUTES or a.startswith("_")]
+            found += [f"the book's {a}" if a in book else f".{a}" for a in read]
         elif isinstance(n, ast.Name) and n.id == "getattr" and id(n) not in called:  # (fetch = getattr; fetch(x, name))
             found.append("getattr handed on")
         elif isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr":
@@ -784,7 +794,8 @@ class Execute(NbGraderExecute):
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         # a fresh copy of the module that answers, run from its file: not the one a submission may have patched
-        serve = f"__import__('runpy').run_path({kernel.__file__!r})['serve']({data!r}, globals())"
+        # (an import looks __import__ up in the builtins, not in the namespace a submission can bind names in)
+        serve = f"import runpy as _aiayn_\n_aiayn_.run_path({kernel.__file__!r})['serve']({data!r})\ndel _aiayn_"
         self._call_timeout = request["seconds"] + self.interrupt_grace
         try:
             probe = self.execute_cell(nbformat.v4.new_code_cell(serve), index, store_history=False)
@@ -795,18 +806,7 @@ class Execute(NbGraderExecute):
         try:
             if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
                 return {**kernel.NO_ANSWER, "timeout": True}
-            # the file that the kernel wrote, never a link put in its place (nor a pipe: a zip is read from its end)
-            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
-                with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it: nothing to inflate
-                    assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
-                file.seek(0)
-                answer = torch.load(file, weights_only=True)
-            assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
-            if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
-                return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} items")}
-            return answer
-        except Exception:  # no answer, or one that is not data
-            return {**kernel.NO_ANSWER, "error": ("NoResult", "the kernel sent back no result the checks can read")}
+            return read_answer(path)
         finally:
             Path(path).unlink(missing_ok=True)
 
@@ -867,6 +867,27 @@ class Execute(NbGraderExecute):
                 f"within {self.interrupt_grace:g} s (a long call into C code, or code that ignores interrupts)"
             ) from None
         return {"content": {**self.error_on_timeout, "status": "error", "aiayn_timeout": True}}
+
+
+def read_answer(path: str) -> dict:
+    """The answer file that a kernel wrote, as data: never a link put in its place (nor a pipe: a zip is read from its
+    end), nothing to inflate, no structure over ``MAX_PICKLE`` bytes and no more than ``MAX_ELEMENTS`` items read."""
+    import torch
+
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
+            with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it
+                assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
+                if sum(e.file_size for e in archive.infolist() if e.filename.endswith(".pkl")) > MAX_PICKLE:
+                    return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {MAX_PICKLE:,} bytes")}
+            file.seek(0)
+            answer = torch.load(file, weights_only=True)
+        assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
+        if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
+            return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} items")}
+        return answer
+    except Exception:  # no answer, or one that is not data
+        return {**kernel.NO_ANSWER, "error": ("NoResult", "the kernel sent back no result the checks can read")}
 
 
 def _numbers(value) -> int:

@@ -43,11 +43,12 @@ WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.se
 class _Timeout(BaseException): ...  # not an Exception: a student's `except Exception` does not swallow it
 
 
-def serve(request: str, namespace: dict) -> None:
-    """Under the grader: one call of the student's function, from a request the grader sent, answered as data in the
+def serve(request: str) -> None:
+    """Under the grader: one call of the student's function (in the namespace of the cell that calls this, read from
+    its frame: no name a submission can bind is looked up), from a request the grader sent, answered as data in the
     file the request names (not as output, which a submission can flood)."""
     req = torch.load(io.BytesIO(base64.b64decode(request)), weights_only=False)  # the grader's own inputs
-    torch.save(run(req, namespace), req["answer"])
+    torch.save(run(req, sys._getframe(1).f_globals), req["answer"])
 
 
 def load_ipython_extension(shell) -> None:
