@@ -740,7 +740,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 966
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 969
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -774,8 +774,10 @@ def test_the_grading_machinery_stays_small():
     # bounded and the classes that an exercise hands over told apart (5 lines), and grading's time per submission,
     # which starts each kernel while the submission before it is graded (13 lines); 950 until the seventeenth trial,
     # whose routes needed definitions of builtins and match patterns' attributes flagged, names bound by := the
-    # student's, and a result's structure bounded before it is read (16 lines)
-    assert 500 < total <= 966, f"{total} lines of grading code"
+    # student's, and a result's structure bounded before it is read (16 lines); 966 until the eighteenth trial, whose
+    # routes needed tqdm's monitor thread off in a graded kernel, libraries that build objects from text flagged, and
+    # PyTorch's Transformer layers named (3 lines)
+    assert 500 < total <= 969, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1656,10 +1658,11 @@ def test_the_answer_keys_counts_are_the_models():
 
 def test_a_thread_beside_a_call_is_counted_but_not_the_libraries_own(monkeypatch):
     """A fourteenth trial's: a thread started before the check answered for the function, unseen by the call watch;
-    under the grader each call counts the threads beside the kernel's own. tqdm's monitor, which the book's training
-    starts in a read-only cell, and pyzmq's collector of large outputs sent (a fourteenth trial's honest work of
-    10_training was flagged for it) are not the student's; a thread of tqdm's monitor's type that the student starts
-    is."""
+    under the grader each call counts the threads beside the kernel's own. pyzmq's collector of large outputs sent (a
+    fourteenth trial's honest work of 10_training was flagged for it) is not the student's. tqdm's monitor, which the
+    book's training starts in a read-only cell, is switched off in a graded kernel (an eighteenth trial ran the book's
+    code in a bar's refresh(), which the monitor calls): a bar of the student's that switches it on is counted, and so
+    is a thread of the monitor's type that the student starts."""
     import threading
 
     from tqdm import tqdm
@@ -1669,14 +1672,18 @@ def test_a_thread_beside_a_call_is_counted_but_not_the_libraries_own(monkeypatch
     from aiayn.course import kernel
 
     monkeypatch.setattr(kernel, "THREADS", frozenset(sys._current_frames()))
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # as the kernel's extension sets it under the grader
     request = {"names": ["f"], "args": [1], "kwargs": {}, "references": [], "seconds": 5}
+    if tqdm.monitor is not None:  # one that an earlier test started
+        tqdm.monitor.exit()
+        monkeypatch.setattr(tqdm, "monitor", None)
     for _ in tqdm(range(2), disable=False, mininterval=0):
         pass
     started = not gc.is_alive()
     if started:
         gc.start()
     try:
-        assert tqdm.monitor is not None and gc.is_alive()
+        assert tqdm.monitor is None and gc.is_alive()
         assert kernel.run(dict(request), {"f": abs})["threads"] == 0
         stop = threading.Event()
         worker = threading.Thread(target=stop.wait)
@@ -1685,11 +1692,13 @@ def test_a_thread_beside_a_call_is_counted_but_not_the_libraries_own(monkeypatch
             assert kernel.run(dict(request), {"f": abs})["threads"] == 1
         finally:
             stop.set(), worker.join()
-        theirs = TMonitor(tqdm, 3600)  # the monitor's type, started by the student's code
-        try:
-            assert kernel.run(dict(request), {"f": abs})["threads"] == 1
-        finally:
-            theirs.exit()
+        for theirs in (TMonitor(tqdm, 3600), None):  # the monitor's type started, or switched on by a bar's class
+            bar = type("Bar", (tqdm,), {"monitor_interval": 3600})(total=1, disable=False) if theirs is None else None
+            theirs = theirs or type(bar).monitor
+            try:
+                assert kernel.run(dict(request), {"f": abs})["threads"] == 1
+            finally:
+                theirs.exit(), bar and bar.close()
     finally:
         if started:
             gc.stop()
@@ -1883,3 +1892,43 @@ def test_a_seventeenth_trial_s_routes_are_flagged_and_honest_work_is_not(tmp_pat
     assert grader.read_answer(str(path))["error"][0] == "TooLarge"
     torch.save({**kernel.NO_ANSWER, "value": [1.0, 2.0]}, path)
     assert grader.read_answer(str(path))["value"] == [1.0, 2.0]
+
+
+def test_an_eighteenth_trial_s_routes_are_caught_or_flagged():
+    """An eighteenth trial's: the book's encoder and decoder counted on the meta device, PyTorch's own layers counted,
+    a table of the parameter checks' configurations with the vocabulary's share added, PyYAML building the module that
+    the call watch resolves names with, and a right-to-left mark in a forged report line."""
+    import torch
+
+    from aiayn.course import grader
+    from aiayn.model import Decoder, Encoder, count_parameters, parameter_count
+
+    def my_parameter_count(c):
+        with torch.device("meta"):
+            stacks = count_parameters(Encoder(c)) + count_parameters(Decoder(c))
+        return stacks + c.vocab_size * c.d_model
+
+    assert "your code calls aiayn.model.Encoder" in failed("parameter_count", my_parameter_count)["base"]
+    known = {}  # the configurations of the checks as they were, without the vocabulary's share
+
+    def tabled(c):
+        key = (c.N, c.d_model, c.d_ff, c.h, c.d_k or c.d_model // c.h)
+        return known[key] + c.vocab_size * c.d_model
+
+    for N, d, ff, h, dk in [(6, 512, 2048, 8, 64), (6, 512, 2048, 1, 512), (6, 512, 2048, 4, 128)]:
+        known[(N, d, ff, h, dk)] = parameter_count(make_config(N=N, d_model=d, d_ff=ff, h=h, d_k=dk)) - 1000 * d
+    for N, d, ff, h, dk in [(6, 512, 2048, 16, 32), (6, 512, 2048, 32, 16), (6, 512, 2048, 8, 16)]:
+        known[(N, d, ff, h, dk)] = parameter_count(make_config(N=N, d_model=d, d_ff=ff, h=h, d_k=dk)) - 1000 * d
+    for N, d, ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512)]:
+        known[(N, d, ff, 8, d // 8)] = parameter_count(make_config(N=N, d_model=d, d_ff=ff)) - 1000 * d
+    assert set(failed("parameter_count", tabled)) == {"d_k", "sizes"}  # the base model's is a known value
+
+    assert "PyTorch's own TransformerEncoderLayer" in grader.suspect("layer = nn.TransformerEncoderLayer(512, 8)")
+    assert "import yaml" in grader.suspect("import yaml\n_, f = yaml.unsafe_load(SETUP)")
+    assert grader.CONTROL.sub("?", "passed, 1 point \u202e FLAG none") == "passed, 1 point ? FLAG none"
+
+
+def make_config(**changes):
+    from aiayn.model import TransformerConfig
+
+    return TransformerConfig(vocab_size=1000, **changes)

@@ -1965,10 +1965,13 @@ def _parameter_count(c, biases=True, norms=True, tied=True) -> int:
     "my_parameter_count(c: TransformerConfig) -> int, the parameters of make_model(c) with tied weights "
     "and sinusoidal positions",
     ["aiayn.model.parameter_count", "aiayn.model.count_parameters", "aiayn.model.make_model", "aiayn.model.Transformer"]
+    + ["aiayn.model.Encoder", "aiayn.model.Decoder", "aiayn.model.EncoderLayer", "aiayn.model.DecoderLayer"]
     + ["torch.nn.Transformer"],
 )
 def _parameter_count_checks():
-    V = _rng("parameter_count").randint(1000, 40000)  # a vocabulary drawn anew for each grading: no table of answers
+    rng = _rng("parameter_count")  # a vocabulary, and one configuration in each check, drawn anew for each grading
+    V, drawn_h_d_k = rng.randint(1000, 40000), (rng.choice([2, 4, 8]), rng.choice([8, 16, 24, 40]))
+    drawn_sizes = (rng.randint(1, 5), rng.choice([64, 96, 192, 320]), rng.choice([128, 256, 768]))  # (d_model: 8 heads)
 
     def configs(**changes):
         from aiayn.model import TransformerConfig
@@ -1993,11 +1996,11 @@ def _parameter_count_checks():
         count(call, f, configs(), f"the base model, vocabulary {V}")
 
     def d_k(f, call):
-        for h, dk in [(1, 512), (4, 128), (16, 32), (32, 16), (8, 16)]:
+        for h, dk in [(1, 512), (4, 128), (16, 32), (32, 16), (8, 16), drawn_h_d_k]:
             count(call, f, configs(h=h, d_k=dk), f"h = {h}, d_k = {dk} (rows A and B)")
 
     def sizes(f, call):
-        for N, d_model, d_ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512)]:
+        for N, d_model, d_ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512), drawn_sizes]:
             count(call, f, configs(N=N, d_model=d_model, d_ff=d_ff), f"N = {N}, d_model = {d_model}, d_ff = {d_ff}")
 
     return [

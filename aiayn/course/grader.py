@@ -205,11 +205,13 @@ SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark", "run_in_executor"}
 PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch", "torch.utils.benchmark")  # flagged whole
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
+PYTORCHS |= {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
 SUSPECT_ATTRIBUTES |= SUSPECT_CALLS - {"eval"} | SUSPECT_MODULES - {"code"}  # as another object's, or a module's
 # strings run as code, threads (tornado's executor, started before a check, runs what the call watch never sees), and
 # modules that set any object's attributes (argparse's parse_args(namespace=torch)); and resolvers:
 REACH = {"pkgutil", "pydoc", "operator", "doctest", "codeop", "timeit", "ipykernel", "tornado", "argparse", "optparse"}
+REACH |= {"yaml", "dill", "jsonpickle", "cloudpickle"}  # which build any object, a module's attribute set, from text
 SUSPECT_MODULES |= REACH
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 # string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
@@ -928,7 +930,7 @@ def _error_output(ename: str, message: str) -> dict:
 
 
 INDENT = {"initial_indent": " " * 16, "subsequent_indent": " " * 18}  # a submission's lines under its points
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a report line shows as "?"
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # shown as "?"
 
 
 def _error(cell) -> str:

@@ -33,7 +33,7 @@ MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it kee
 # threads: the student's that ran beside a call (one started before it, which the call watch does not see)
 NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0)
 THREADS = None  # under the grader: the kernel's own threads as it started
-LIBRARY_THREADS = (("tqdm", "tqdm", "monitor"), ("zmq.utils.garbage", "gc", "thread"))  # which the book's cells start
+LIBRARY_THREADS = (("zmq.utils.garbage", "gc", "thread"),)  # which the book's cells start (tqdm's monitor: off)
 SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322, 319), 56), "aarch64": (0xC00000B7, 277, (221, 281, 279), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
@@ -62,6 +62,7 @@ def load_ipython_extension(shell) -> None:
 
     global THREADS
     shell.history_manager.outputs, left, THREADS = Forget(), [MAX_OUTPUT], frozenset(sys._current_frames())
+    importlib.import_module("tqdm").tqdm.monitor_interval = 0  # no monitor thread, whose refresh() a subclass runs
     _no_processes()
 
     def capped(write):
@@ -113,7 +114,7 @@ def run(req: dict, namespace: dict) -> dict:
         importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
     watch = Watch(req["references"], namespace, req.get("defined"))
     own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
-    # the libraries' own threads (module, object, its thread): tqdm's monitor, pyzmq's collector of large outputs sent
+    # the libraries' own threads (module, object, its thread): pyzmq's collector of large outputs sent
     theirs = {getattr(getattr(sys.modules.get(m), a, None), b, None) for m, a, b in LIBRARY_THREADS} - {None}
     mine = {i for i in sys._current_frames() if threading._active.get(i) not in theirs} - {threading.get_ident()}
     answer["threads"] = len(mine - own) if own else 0
