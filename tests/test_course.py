@@ -740,7 +740,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 969
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 972
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -776,8 +776,9 @@ def test_the_grading_machinery_stays_small():
     # whose routes needed definitions of builtins and match patterns' attributes flagged, names bound by := the
     # student's, and a result's structure bounded before it is read (16 lines); 966 until the eighteenth trial, whose
     # routes needed tqdm's monitor thread off in a graded kernel, libraries that build objects from text flagged, and
-    # PyTorch's Transformer layers named (3 lines)
-    assert 500 < total <= 969, f"{total} lines of grading code"
+    # PyTorch's Transformer layers named (3 lines); 969 until the nineteenth trial, whose routes needed private modules
+    # and names imported, and numpy's file readers, flagged, and a thread that a call leaves running counted (3 lines)
+    assert 500 < total <= 972, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1932,3 +1933,69 @@ def make_config(**changes):
     from aiayn.model import TransformerConfig
 
     return TransformerConfig(vocab_size=1000, **changes)
+
+
+def test_a_nineteenth_trial_s_routes_are_caught_or_flagged(monkeypatch):
+    """A nineteenth trial's: a function that returned zeros and left a thread to fill them with the book's layer once
+    the call was over (the answer is now read inside the watch, and a thread still running after the call is counted),
+    PyTorch's fused multi-head kernel imported as a private name, a causal mask from numpy's tril or torch's
+    tril_indices, and numpy reading a file."""
+    import threading
+    import time
+
+    import numpy as np
+    import torch
+
+    from aiayn.course import grader, kernel
+    from aiayn.feed_forward import PositionwiseFeedForward
+
+    monkeypatch.setattr(kernel, "THREADS", frozenset(sys._current_frames()))
+    ffn, x = PositionwiseFeedForward(4, 8), torch.randn(2, 3, 4)
+
+    def ffn_einsum(ffn, x):
+        out, done = torch.zeros(2, 3, 4), threading.Event()
+
+        def later():  # once the call has returned: the book's layer, into the answer
+            done.wait(), time.sleep(0.2), out.copy_(ffn(x).detach())
+
+        threading.Thread(target=later).start()
+        try:
+            return out
+        finally:
+            done.set()
+
+    request = {"names": ["ffn_einsum"], "args": [ffn, x], "kwargs": {}, "references": [], "seconds": 5}
+    answer = kernel.run(request, {"ffn_einsum": ffn_einsum})
+    time.sleep(0.5)  # the thread has filled its tensor by now, but not the answer
+    assert torch.equal(answer["value"], torch.zeros(2, 3, 4)) and answer["threads"] == 1
+
+    def my_attention(query, key, value, key_lengths=None, causal=False):
+        d, w, b = query.size(-1), torch.eye(query.size(-1)), torch.zeros(3 * query.size(-1))
+        torch._native_multi_head_attention(query[0], key[0], value[0], d, 1, torch.cat([w, w, w]), b, w, b[:d])
+        return grader_free_attention(query, key, value, key_lengths, causal)
+
+    assert all("calls torch._native_multi_head_attention" in m for m in failed("attention", my_attention).values())
+    for mask in (
+        lambda size: torch.from_numpy(np.tril(np.ones((size, size), dtype=bool))),
+        lambda size: torch.zeros(size, size, dtype=torch.bool).index_put_(tuple(torch.tril_indices(size, size)), True),
+    ):
+        assert "your code calls" in failed("subsequent_mask", mask)["agrees"]
+    assert "import torch._native_multi_head_attention (a private name)" in grader.suspect(
+        "from torch import _native_multi_head_attention as fused"
+    )
+    assert "import tqdm._monitor (a private name)" in grader.suspect("from tqdm._monitor import Thread")
+    assert grader.suspect("from __future__ import annotations") == []
+    assert ".genfromtxt" in grader.suspect("table = np.genfromtxt('/submission/answers.csv')")
+
+
+def grader_free_attention(q, k, v, key_lengths=None, causal=False):
+    """Equation (1) with the attention check's masks, written out for the tests."""
+    import torch
+
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    allowed = torch.ones(scores.shape[-2:], dtype=torch.bool)
+    if causal:
+        allowed = allowed & (torch.arange(scores.size(-1))[None, :] <= torch.arange(scores.size(-2))[:, None])
+    if key_lengths is not None:
+        allowed = allowed & (torch.arange(scores.size(-1)) < torch.as_tensor(key_lengths).view(-1, 1, 1, 1))
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v

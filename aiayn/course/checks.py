@@ -329,6 +329,7 @@ ATTENTION_REFERENCES = [
     "aiayn.multi_head.MultiHeadAttention.forward",
     "torch.nn.MultiheadAttention.forward",
     "torch.nn.functional.multi_head_attention_forward",
+    "torch._native_multi_head_attention",  # the fused kernel under PyTorch's multi-head attention
 ]
 
 
@@ -456,7 +457,9 @@ def _attention_checks():
     "attention",
     ["my_subsequent_mask"],
     "my_subsequent_mask(size) -> bool (size, size), True where position i may attend to j (j <= i)",
-    ["aiayn.attention.subsequent_mask", "torch.tril", "torch.triu"],  # a tensor's tril and tril_ run the same operator
+    # a tensor's tril and tril_ run the same operator; and the triangle's indices, numpy's triangles
+    ["aiayn.attention.subsequent_mask", "torch.tril", "torch.triu", "torch.tril_indices", "torch.triu_indices"]
+    + ["numpy.tril", "numpy.triu"],
 )
 def _subsequent_mask_checks():
     torch = _torch()
@@ -505,6 +508,7 @@ def _multi_head(layer, x, mask=None):
         "aiayn.browser._attend",  # the exported graphs' copy of a layer's attention
         "torch.nn.MultiheadAttention.forward",
         "torch.nn.functional.multi_head_attention_forward",
+        "torch._native_multi_head_attention",
     ],
     45,
     given=["MultiHeadAttention"],

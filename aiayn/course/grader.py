@@ -204,6 +204,7 @@ SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "
 SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark", "run_in_executor"}  # torch.fx, Timer, another thread
 PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch", "torch.utils.benchmark")  # flagged whole
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
+SUSPECT_ATTRIBUTES |= {"genfromtxt", "fromregex", "memmap", "dircmp", "read_csv", "read_json", "read_pickle"}
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
@@ -407,7 +408,10 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         elif isinstance(n, IMPORTS):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
+            # a module of the flagged ones, or a private module or name (torch's fused kernels, tqdm's _monitor)
+            private = [m for m in names if "._" in f".{m}" and not m.startswith("__future__")]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
+            found += [f"import {m} (a private name)" for m in private]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
         for target in [n] if isinstance(n, (ast.Attribute, ast.Subscript)) and type(n.ctx) is not ast.Load else []:
             root, chain = target, []

@@ -116,23 +116,26 @@ def run(req: dict, namespace: dict) -> dict:
     own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
     # the libraries' own threads (module, object, its thread): pyzmq's collector of large outputs sent
     theirs = {getattr(getattr(sys.modules.get(m), a, None), b, None) for m, a, b in LIBRARY_THREADS} - {None}
-    mine = {i for i in sys._current_frames() if threading._active.get(i) not in theirs} - {threading.get_ident()}
-    answer["threads"] = len(mine - own) if own else 0
+    others = lambda: {i for i in sys._current_frames() if threading._active.get(i) not in theirs}  # noqa: E731
+    mine, beside = others() - {threading.get_ident()}, set()
     start = time.perf_counter()
     try:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
         call = (lambda: f(*init)(*args, **kwargs)) if made else (lambda: f(*args, *(init or ()), **kwargs))
         if req.get("grad") is not None:  # the backward pass inside the watch too: it runs the tensors' hooks
             call = (lambda forward: lambda: ((v := forward()), torch.autograd.grad(v, args[req["grad"]])[0]))(call)
-        value = watch(call, _seconds=req["seconds"])
-        value = (value, list(args)) if req.get("observe") else value
-        answer["value"] = to_data(value)
+        # read as data inside the watch, with the threads beside it then: what would change the answer after the call
+        # (a thread that it started and that goes on, a finaliser) runs watched, or too late
+        read = lambda: (to_data((call(), list(args)) if req.get("observe") else call()), others())  # noqa: E731
+        answer["value"], beside = watch(read, _seconds=req["seconds"])
     except (_Timeout, KeyboardInterrupt) as err:  # its own time limit, the grader's interrupt, or the student's own
         late = isinstance(err, _Timeout) or time.perf_counter() - start >= req["seconds"]
         answer["timeout" if late else "error"] = True if late else ("KeyboardInterrupt", "raised by your code")
     except BaseException as err:  # the student's code raising (or exiting)
         answer["error"] = (type(err).__name__, (str(err).strip().splitlines() or [""])[0][:400])
     answer["calls"], answer["seconds"] = watch.hits, time.perf_counter() - start
+    # the student's threads that ran beside the call: started before it, or by it and still running as it returned
+    answer["threads"] = len((mine | beside) - own - {threading.get_ident()}) if own else 0
     return answer
 
 
