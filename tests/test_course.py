@@ -475,8 +475,9 @@ def test_static_flags_name_what_reaches_past_the_function():
         "fit = lambda k, d: shift_matrix(k, d)\nTABLE = {d: sinusoidal_encoding(99, d) for d in range(4, 9, 2)}"
     )
     assert grader.suspect(routes, (), {"shift_matrix", "sinusoidal_encoding"}) == [
-        ".get_ipython", ".setattr", "import cProfile", "import pytest", "import pytest.MonkeyPatch",
-        "the book's shift_matrix", "the book's sinusoidal_encoding", "the name sys.setprofile as a string",
+        ".get_ipython", ".setattr", "import cProfile", "import matplotlib_inline (not a library the exercises use)",
+        "import pytest", "import pytest.MonkeyPatch", "the book's shift_matrix", "the book's sinusoidal_encoding",
+        "the name sys.setprofile as a string",
     ]  # fmt: skip
     routes = (  # a seventh trial's: builtins resolved from a string by another library, a dunder name in pieces, a
         # change made through a call's result; and what honest code writes alike
@@ -485,7 +486,8 @@ def test_static_flags_name_what_reaches_past_the_function():
         "words = ['the', 'door', 'is', 'open']\nd['Watch'] = 1"
     )
     assert grader.suspect(routes) == [
-        "a change to fetch(g['run'], '__glo' + 'bals__')['Watch']", "import_item", "the name __glo as a string",
+        "a change to fetch(g['run'], '__glo' + 'bals__')['Watch']",
+        "import traitlets (not a library the exercises use)", "import_item", "the name __glo as a string",
         "the name bals__ as a string", "the name builtins.setattr as a string",
     ]  # fmt: skip
     source = inspect.getsource(rate)
@@ -740,7 +742,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 972
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 984
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -777,8 +779,10 @@ def test_the_grading_machinery_stays_small():
     # student's, and a result's structure bounded before it is read (16 lines); 966 until the eighteenth trial, whose
     # routes needed tqdm's monitor thread off in a graded kernel, libraries that build objects from text flagged, and
     # PyTorch's Transformer layers named (3 lines); 969 until the nineteenth trial, whose routes needed private modules
-    # and names imported, and numpy's file readers, flagged, and a thread that a call leaves running counted (3 lines)
-    assert 500 < total <= 972, f"{total} lines of grading code"
+    # and names imported, and numpy's file readers, flagged, and a thread that a call leaves running counted (3 lines);
+    # 972 until the twentieth trial, whose routes needed an allow-list of the libraries an answer may import unflagged
+    # (jinja2 resolved names from strings) and the profiler's changes refused while it watches a call (12 lines)
+    assert 500 < total <= 984, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1212,6 +1216,15 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "    return Runpy\ndef globals():\n    return {'warmup_cosine': inner}",
         "",
     ),
+    # a twentieth trial's: the call watch's profiler switched off around a call of the book's code, then put back
+    # (refused under the grader, whatever the route to sys.setprofile: the audit event comes from C)
+    "zj_pauses_the_watch": (
+        "right_named_inner+import sys\nfrom aiayn.training import rate\ndef pause(profiler):\n    try:\n"
+        "        sys.setprofile(profiler)\n    except PermissionError:\n        pass\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    watch = sys.getprofile()\n    pause(None)\n"
+        "    rate(step + 1, 512, warmup)\n    pause(watch)\n    return inner(step, peak, warmup, total)",
+        "",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1349,6 +1362,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zg_runs_a_child": ASSIGNMENTS["accumulation"].points,
         "zh_answers_from_a_thread": total,
         "zi_shadows_the_call": zero,
+        "zj_pauses_the_watch": ASSIGNMENTS["accumulation"].points,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1365,7 +1379,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     for full in ("x_fills_the_disk", "zd_nests_deep_then_fills", "ze_fills_the_disk_at_once"):
         assert "ended its kernel: it wrote more to disk than its limit" in blocks[full], full
     assert "skipped, the rest ran" in blocks["zb_magic_then_stuck"]
-    assert "FLAG replaced the grader's call watch" in blocks["zc_profiles_the_book"]
+    assert "the grader's call watch cannot be switched off" in blocks["zc_profiles_the_book"]  # (cProfile's refused)
     assert "import cProfile" in blocks["zc_profiles_the_book"]
     graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
     assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
@@ -1999,3 +2013,18 @@ def grader_free_attention(q, k, v, key_lengths=None, causal=False):
     if key_lengths is not None:
         allowed = allowed & (torch.arange(scores.size(-1)) < torch.as_tensor(key_lengths).view(-1, 1, 1, 1))
     return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+
+def test_a_twentieth_trial_s_routes_are_flagged():
+    """A twentieth trial's: jinja2's Environment.getattr, a resolver of names from strings that no flag knew, reached
+    torch's namespace (to replace torch.save), sys.setprofile and the book's compiled code; an exercise's answer may
+    import the libraries of an allow-list unflagged, and any other is flagged."""
+    from aiayn.course import grader
+
+    found = grader.suspect("import jinja2\nenv = jinja2.Environment()\nS = env.getattr(torch, 's' + 'ys')")
+    assert "import jinja2 (not a library the exercises use)" in found
+    assert "import mako (not a library the exercises use)" in grader.suspect("from mako.template import Template")
+    honest = (
+        "from collections import Counter\nimport math, itertools\nimport numpy as np\nimport matplotlib.pyplot as plt"
+    )
+    assert grader.suspect(honest) == []

@@ -231,6 +231,11 @@ MAGIC = re.compile(r"^[ \t]*(?:[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*)?(%%?
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 QUIET_MAGICS = SAFE_MAGICS | {"%pinfo", "%pinfo2", "%psearch"}  # and help lines (x?), which only show help
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
+# what an exercise's answer may import unflagged (an allow-list: a library outside it may resolve names from strings,
+# jinja2's Environment.getattr, say); the flagged ones above are flagged within it too
+LIBRARIES = {"torch", "numpy", "math", "cmath", "collections", "itertools", "functools", "typing", "dataclasses", "re"}
+LIBRARIES |= {"random", "statistics", "time", "copy", "heapq", "bisect", "fractions", "decimal", "string", "textwrap"}
+LIBRARIES |= {"matplotlib", "altair", "pandas", "sacrebleu", "aiayn", "json", "enum", "abc", "numbers", "__future__"}
 NEAR_COPY = 0.85  # share of matching tokens above which a function is reported as a copy of the book's code
 DEFINITIONS = (ast.FunctionDef, ast.ClassDef)  # what near_copies compares
 IMPORTS = (ast.Import, ast.ImportFrom)
@@ -412,6 +417,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
             private = [m for m in names if "._" in f".{m}" and not m.startswith("__future__")]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
             found += [f"import {m} (a private name)" for m in private]
+            tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}
+            found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
         for target in [n] if isinstance(n, (ast.Attribute, ast.Subscript)) and type(n.ctx) is not ast.Load else []:
             root, chain = target, []

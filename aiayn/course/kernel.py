@@ -92,13 +92,22 @@ def _no_processes() -> None:
     # no_new_privs (bubblewrap has set it), then the filter in every thread (TSYNC)
     if (libc := ctypes.CDLL(None)).prctl(38, 1, 0, 0, 0) or libc.syscall(nr, 1, 1, fprog) != 0:
         os._exit(70)  # a kernel that could start processes is not graded
-    sys.addaudithook(_no_interpreters)  # (an audit hook stays for the process's life)
+    sys.addaudithook(_audit)  # (an audit hook stays for the process's life)
 
 
-def _no_interpreters(event: str, args) -> None:
-    """Nor a subinterpreter, which runs in the same thread where the call watch's profiler does not see it."""
+def _audit(event: str, args, _frame=sys._getframe, _profile=sys.getprofile, _file=__file__, _fn=types.FunctionType):
+    """Nor a subinterpreter, which runs in the same thread where the call watch's profiler does not see it; nor a change
+    of the profiler while it watches a call, by any route (the event comes from C), but by the watch that set it, nor a
+    change to its function's code. (Its helpers are bound as the kernel starts, before any code of the submission.)"""
     if event == "cpython.PyInterpreterState_New":
         raise PermissionError("a subinterpreter cannot start under the grader")
+    if event not in ("sys.setprofile", "object.__setattr__") or type(watch := _profile()) is not _fn:
+        return
+    if (watch.__code__.co_filename, watch.__code__.co_name) == (_file, "profile"):  # a call watch's
+        caller = _frame(1)  # (the watch's own __call__ ends the watch it set)
+        own = caller.f_code.co_filename == _file and caller.f_locals.get("profile") is watch
+        if event == "sys.setprofile" and not own or event == "object.__setattr__" and args[0] is watch:
+            raise PermissionError("the grader's call watch cannot be switched off while it watches a call")
 
 
 def run(req: dict, namespace: dict) -> dict:
