@@ -413,11 +413,9 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         elif isinstance(n, IMPORTS):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
-            # a module of the flagged ones, or a private module or name (torch's fused kernels, tqdm's _monitor)
-            private = [m for m in names if "._" in f".{m}" and not m.startswith("__future__")]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
-            found += [f"import {m} (a private name)" for m in private]
-            tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}
+            found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"]
+            tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}  # (an allow-list)
             found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
         for target in [n] if isinstance(n, (ast.Attribute, ast.Subscript)) and type(n.ctx) is not ast.Load else []:
