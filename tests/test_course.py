@@ -931,14 +931,18 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
     with open(root / "grades.csv") as fh:
         scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(fh)}
 
+    last = {}  # the checks that failed in the last own run, for the message of an assertion
+
     def own_run(answers):  # the points the check cells give when the student runs the notebook
         ns = {"torch": torch, "math": math}
         for source in answers.values():
             exec(source, ns)
+        last["failed"] = {**failed("schedule", ns), **failed("accumulation", ns)}
         return points("schedule", ns) + points("accumulation", ns)
 
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
-    assert own_run(right) == total and 0 < own_run(wrong) < total
+    assert own_run(right) == total, last["failed"]
+    assert 0 < own_run(wrong) < total
     assert list(scores)[:7] == [
         "a_correct",
         "b_wrong",
