@@ -937,8 +937,9 @@ def test_the_nbgrader_cycle_on_one_assignment(tmp_path):
         ns = {"torch": torch, "math": math}
         for source in answers.values():
             exec(source, ns)
-        last["failed"] = {**failed("schedule", ns), **failed("accumulation", ns)}
-        return points("schedule", ns) + points("accumulation", ns)
+        results = [result for a in ("schedule", "accumulation") for result in CHECKS.results(a, ns)]
+        last["failed"] = {c.key: message for c, message in results if message}
+        return sum(c.points for c, message in results if not message)
 
     total = ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     assert own_run(right) == total, last["failed"]
@@ -1959,38 +1960,39 @@ def test_a_nineteenth_trial_s_routes_are_caught_or_flagged(monkeypatch):
     PyTorch's fused multi-head kernel imported as a private name, a causal mask from numpy's tril or torch's
     tril_indices, and numpy reading a file."""
     import threading
-    import time
 
     import numpy as np
     import torch
 
     from aiayn.course import grader, kernel
+    from aiayn.course.checks import _attention as reference
     from aiayn.feed_forward import PositionwiseFeedForward
 
     monkeypatch.setattr(kernel, "THREADS", frozenset(sys._current_frames()))
     ffn, x = PositionwiseFeedForward(4, 8), torch.randn(2, 3, 4)
 
+    returned, later, filled = threading.Event(), [], []
+
     def ffn_einsum(ffn, x):
-        out, done = torch.zeros(2, 3, 4), threading.Event()
+        out = torch.zeros(2, 3, 4)
 
-        def later():  # once the call has returned: the book's layer, into the answer
-            done.wait(), time.sleep(0.2), out.copy_(ffn(x).detach())
+        def fill():  # once the call has returned: the book's layer, into the answer
+            returned.wait(), filled.append(out.copy_(ffn(x).detach()))
 
-        threading.Thread(target=later).start()
-        try:
-            return out
-        finally:
-            done.set()
+        later.append(threading.Thread(target=fill))
+        later[0].start()
+        return out
 
     request = {"names": ["ffn_einsum"], "args": [ffn, x], "kwargs": {}, "references": [], "seconds": 5}
     answer = kernel.run(request, {"ffn_einsum": ffn_einsum})
-    time.sleep(0.5)  # the thread has filled its tensor by now, but not the answer
-    assert torch.equal(answer["value"], torch.zeros(2, 3, 4)) and answer["threads"] == 1
+    returned.set(), later[0].join()  # the thread has filled its tensor, but not the answer
+    assert filled[0].abs().sum() > 0 and torch.equal(answer["value"], torch.zeros(2, 3, 4))
+    assert answer["threads"] == 1
 
     def my_attention(query, key, value, key_lengths=None, causal=False):
         d, w, b = query.size(-1), torch.eye(query.size(-1)), torch.zeros(3 * query.size(-1))
         torch._native_multi_head_attention(query[0], key[0], value[0], d, 1, torch.cat([w, w, w]), b, w, b[:d])
-        return grader_free_attention(query, key, value, key_lengths, causal)
+        return reference(query, key, value, key_lengths, causal)
 
     assert all("calls torch._native_multi_head_attention" in m for m in failed("attention", my_attention).values())
     for mask in (
@@ -2004,19 +2006,6 @@ def test_a_nineteenth_trial_s_routes_are_caught_or_flagged(monkeypatch):
     assert "import tqdm._monitor (a private name)" in grader.suspect("from tqdm._monitor import Thread")
     assert grader.suspect("from __future__ import annotations") == []
     assert ".genfromtxt" in grader.suspect("table = np.genfromtxt('/submission/answers.csv')")
-
-
-def grader_free_attention(q, k, v, key_lengths=None, causal=False):
-    """Equation (1) with the attention check's masks, written out for the tests."""
-    import torch
-
-    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
-    allowed = torch.ones(scores.shape[-2:], dtype=torch.bool)
-    if causal:
-        allowed = allowed & (torch.arange(scores.size(-1))[None, :] <= torch.arange(scores.size(-2))[:, None])
-    if key_lengths is not None:
-        allowed = allowed & (torch.arange(scores.size(-1)) < torch.as_tensor(key_lengths).view(-1, 1, 1, 1))
-    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
 
 
 def test_a_twentieth_trial_s_routes_are_flagged():

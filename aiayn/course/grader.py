@@ -414,7 +414,7 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
             names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
             found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
-            found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"]
+            found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"][:1]
             tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}  # (an allow-list)
             found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
             found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
