@@ -42,7 +42,7 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     out, done, untouched = rehearsal
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((out / "rehearsal.json").read_text())
-    assert report["stages"] == {"search": 0, "recipes": 0, "longer": 0, "repeat": 0, "floor": 0, "final": 0, "speed": 0}
+    assert report["stages"] == {"search": 0, "recipes": 0, "longer": 0, "push": 0, "repeat": 0, "floor": 0, "final": 0, "speed": 0}
     assert report["chapters"] == {"12_results": "ok", "13_variations": "ok"}
     assert untouched, "the rehearsal changed results/, pretrained/ or aiayn/pretrained.json"
     recipe = json.loads((out / "recipe.json").read_text())
