@@ -493,7 +493,7 @@ def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> 
     scored = {n: r["en-de"]["val"]["mean"] for n, r in report["candidates"].items() if n not in failed}
     scored = {n: v for n, v in scored.items() if v is not None}
     report["chosen"] = max(scored, key=scored.get) if scored else None
-    report["provenance"] = _provenance(stage)
+    report["provenance"] = {**_provenance(stage), "concurrent_runs": p["parallel"]}  # its runs', not its own
     (out / "recipes.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for name, row in report["candidates"].items():
         cells = [

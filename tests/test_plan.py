@@ -42,7 +42,9 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     out, done, untouched = rehearsal
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((out / "rehearsal.json").read_text())
-    assert report["stages"] == {"search": 0, "recipes": 0, "longer": 0, "push": 0, "repeat": 0, "floor": 0, "final": 0, "speed": 0}
+    assert report["stages"] == dict.fromkeys(
+        ("search", "recipes", "longer", "push", "repeat", "floor", "final", "speed"), 0
+    )
     assert report["chapters"] == {"12_results": "ok", "13_variations": "ok"}
     assert untouched, "the rehearsal changed results/, pretrained/ or aiayn/pretrained.json"
     recipe = json.loads((out / "recipe.json").read_text())
@@ -208,6 +210,7 @@ def test_a_candidate_whose_run_failed_its_checks_is_not_chosen(tmp_path, monkeyp
     assert report["candidates"]["diverged"]["en-de"]["val"]["mean"] == 35.0  # its score is kept, and shown
     assert json.loads((tmp_path / plan.LONGER / "recipes.json").read_text())["chosen"] == "good"
     assert report["provenance"]["command"] == "python -m aiayn.plan run longer"
+    assert report["provenance"]["concurrent_runs"] == plan.PROFILES["gpu"]["longer"]["parallel"]  # its runs' number
 
 
 def test_the_speed_stage_skips_what_is_done_and_stops_starting_at_its_budget(tmp_path, capsys):
