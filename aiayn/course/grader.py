@@ -243,6 +243,9 @@ COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 HOLD = {"tensor", "as_tensor", "Tensor", "array", "asarray", "float", "int"}  # calls that only hold data written out
 NUMBER = re.compile(r"\s*[-+]?(\d+\.\d*|\.\d+|\d+e[-+]?\d+)(e[-+]?\d+)?\s*", re.I)  # a float as a string
 NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens and longer: short right answers converge
+# a function whose tokens lie this much in runs this long from one of the book's functions is a paste with parts cut
+# away (a multi-head forward without its cache branch held 84%; the honest answers of two trial classes at most 52%)
+HELD = (0.75, 15)
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 30_000  # a cell longer than this is not parsed by the flags (and is flagged for that): their time
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
@@ -453,21 +456,25 @@ def _tokens(node) -> list[str]:
 
 
 def near_copies(source: str, references: dict[str, object], deadline: float = float("inf")) -> list[str]:
-    """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens;
-    compared until ``deadline`` (``time.monotonic()``)."""
-    found, refs = {}, {name: _tokens(ref) for name, ref in references.items()}
+    """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens,
+    and the book's functions that hold most of one (a paste with parts cut away); compared until ``deadline``."""
+    found, refs, late = {}, {name: _tokens(ref) for name, ref in references.items()}, []
     for node in [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]:
-        if time.monotonic() > deadline:
-            return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()] + [LATE]
+        if late := [LATE] * (time.monotonic() > deadline):
+            break
         a = _tokens(node)
         for name, b in refs.items():
-            least = NEAR_SOLUTION[len(b) >= 2 * SHORT] if name.startswith("the book's solution") else NEAR_COPY
+            book = not name.startswith("the book's solution")
+            least = NEAR_COPY if book else NEAR_SOLUTION[len(b) >= 2 * SHORT]
             match = difflib.SequenceMatcher(None, a, b, autojunk=False)
             # long enough, and alike enough in length and tokens to reach the share (bounds of ratio(), which is costly)
             near = min(len(a), len(b)) > SHORT and match.real_quick_ratio() >= least and match.quick_ratio() >= least
             if near and (share := match.ratio()) >= least:
-                found[name] = max(found.get(name, 0), share)
-    return [f"resembles {name} ({share:.0%} of its tokens)" for name, share in found.items()]
+                found[f"resembles {name}"] = max(found.get(f"resembles {name}", 0), share)
+            elif book and len(a) > SHORT and match.quick_ratio() * (len(a) + len(b)) >= 2 * HELD[0] * len(a):
+                held = sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(a)
+                found[f"holds runs of {name}"] = max(found.get(f"holds runs of {name}", 0), held)
+    return [f"{what} ({share:.0%} of its tokens)" for what, share in found.items() if share >= HELD[0]] + late
 
 
 def references(assignments, solutions: list[str]) -> dict[str, object]:
