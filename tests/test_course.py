@@ -743,7 +743,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 988
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 989
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -784,8 +784,9 @@ def test_the_grading_machinery_stays_small():
     # 972 until the twentieth trial, whose routes needed an allow-list of the libraries an answer may import unflagged
     # (jinja2 resolved names from strings) and the profiler's changes refused while it watches a call (11 lines); 983
     # until the twentieth trial's pasted forward with a branch cut away needed the share of a function held in long
-    # runs of the book's code (5 lines)
-    assert 500 < total <= 988, f"{total} lines of grading code"
+    # runs of the book's code (5 lines); 988 until the twenty-first trial, whose routes needed pandas' other file
+    # readers flagged (1 line)
+    assert 500 < total <= 989, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1079,7 +1080,8 @@ OWN_EPOCH = """def my_train_epoch(model, batches, optimizer, scheduler, accum):
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()"""
-ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a replacement; a cell added after it)
+ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a replacement, or "epoch=" and an answer to
+    # my_train_epoch; a cell added after the first answer)
     "a_honest": ("right", ""),
     "b_tamper": (
         "none",
@@ -1233,6 +1235,23 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "    rate(step + 1, 512, warmup)\n    pause(watch)\n    return inner(step, peak, warmup, total)",
         "",
     ),
+    # a twenty-first trial's: the book's code run through torch.compile, whose frames are code the watch never saw (the
+    # kernel has the compiler off: the book's own frame runs), and the checks' record of updates added to by hand
+    "zk_compiles_the_book": (
+        "right_named_inner+import torch\nfrom aiayn.training import rate\n"
+        "def warmup_cosine(step, peak, warmup, total):\n"
+        "    torch.compile(rate, backend='eager')(step + 1, 512, warmup)\n"
+        "    return inner(step, peak, warmup, total)",
+        "",
+    ),
+    "zl_forges_the_record": (  # (its answer to my_train_epoch)
+        "epoch=def my_train_epoch(model, batches, optimizer, scheduler, accum):\n"
+        "    group = optimizer.param_groups[0]\n"
+        "    for _ in range(len(batches) // accum):\n"
+        "        optimizer.seen += ((group['lr'], [p.detach() * 0 for p in group['params']]),)\n"
+        "        scheduler.step()",
+        "",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1286,6 +1305,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         return edit if extra else None
 
     for student, (answer, extra) in ATTACKS.items():
+        answer, own_epoch = ("right", answer[6:]) if answer.startswith("epoch=") else (answer, None)
         if answer.startswith("right_named_inner+"):
             answer = right[cosine].replace("def warmup_cosine(", "def inner(") + "\n" + answer.split("+", 1)[1]
         elif answer.startswith("right+"):
@@ -1298,7 +1318,9 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
             "pasted": {**right, cosine: pasted},
             "verbatim": {**right, cosine: verbatim},
         }.get(answer, {**right, cosine: answer})
-        answers = {k: v.replace("{package}", str(package)) for k, v in answers.items()}
+        answers = {k: v.replace("{package}", str(package)) for k, v in answers.items()} | (
+            {epoch: own_epoch} if own_epoch else {}
+        )
         _submit(root, "schedule", student, answers, edit_for(extra, student))
     (root / "submitted/p_symlink/schedule/notes.txt").symlink_to(root / "gradebook.db")
     (root / "submitted/s_ships_a_package/schedule/aiayn").mkdir()
@@ -1371,6 +1393,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zh_answers_from_a_thread": total,
         "zi_shadows_the_call": zero,
         "zj_pauses_the_watch": ASSIGNMENTS["accumulation"].points,
+        "zk_compiles_the_book": ASSIGNMENTS["accumulation"].points,
+        "zl_forges_the_record": scores["zl_forges_the_record"],  # flagged, below
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1389,6 +1413,8 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "skipped, the rest ran" in blocks["zb_magic_then_stuck"]
     assert "the grader's call watch cannot be switched off" in blocks["zc_profiles_the_book"]  # (cProfile's refused)
     assert "import cProfile" in blocks["zc_profiles_the_book"]
+    assert "a change to optimizer.seen" in blocks["zl_forges_the_record"]
+    assert scores["zl_forges_the_record"] < ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
     assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
     assert "its output was cut at the cell's limit" in blocks["m_floods_output"]
@@ -2050,3 +2076,51 @@ def test_a_paste_with_parts_cut_away_is_flagged():
         "        outs.append(torch.softmax(scores, dim=-1) @ v)\n    return layer.W_O(torch.cat(outs, dim=-1))\n"
     )
     assert grader.near_copies(honest, refs) == []
+
+
+def test_a_twenty_first_trial_s_routes_earn_nothing_or_are_flagged():
+    """A twenty-first trial's: sacreBLEU's n-gram helpers in a BLEU of one's own, the checks' record of updates added to
+    (a list once: now a tuple, which only an assignment to optimizer.seen extends, and that is flagged), trivial answers
+    that had the shape or the end of the schedule right, and pandas' other file readers."""
+    from aiayn.course import grader
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    def add_one_bleu(hyps, refs):
+        tok, logs, c, r = Tokenizer13a(), [], 0, 0
+        m, t = [0] * 4, [0] * 4
+        for h, g in zip(hyps, refs):
+            (hc, hl), (rc, rl) = extract_all_word_ngrams(tok(h), 1, 4), extract_all_word_ngrams(tok(g), 1, 4)
+            c, r = c + hl, r + rl
+            for gram, k in hc.items():
+                m[len(gram) - 1] += min(k, rc[gram])
+                t[len(gram) - 1] += k
+        logs = [math.log(m[0] / t[0])] + [math.log((m[n] + 1) / (t[n] + 1)) for n in (1, 2, 3)]
+        return 100 * min(1.0, math.exp(1 - r / c)) * math.exp(sum(logs) / 4)
+
+    assert points("bleu", add_one_bleu) == 0
+    from aiayn.course.inputs import Recording
+
+    optimizer = Recording([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    with pytest.raises(AttributeError):
+        optimizer.seen.append((0.1, []))
+    found = grader.suspect("def f(model, batches, optimizer, s, a):\n    optimizer.seen += ((0.1, []),)")
+    assert found == ["a change to optimizer.seen"]
+    assert points("schedule", lambda step, peak, warmup, total: 0.0) == 0
+    assert points("multi_head", lambda layer, x, mask=None: x) == 0
+    assert points("multi_head", lambda layer, x, mask=None: layer.W_O(x)) == 1  # made by W_O: its shape point
+    assert {".read_table", ".smart_open"} <= set(grader.suspect("pd.read_table('/etc/passwd')\nh.smart_open('x')"))
+
+
+def test_torch_compile_runs_the_book_s_own_frames_in_a_graded_kernel():
+    """A twenty-first trial's: torch.compile(layer) ran the book's forward as frames the call watch had never seen (12
+    points, no flag). A graded kernel starts with TORCH_COMPILE_DISABLE=1, and then the watch sees the book's call."""
+    script = (
+        "import torch\nfrom aiayn.course import checks\n"
+        "def heads_in_a_loop(layer, x, mask=None):\n"
+        "    return torch.compile(layer, backend='eager')(x, x, x, mask)[0]\n"
+        "print(sum(c.points for c, m in checks.results('multi_head', heads_in_a_loop) if not m))\n"
+    )
+    env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.split()[-1] == "0", run.stderr[-2000:]  # (the class test: in a kernel)

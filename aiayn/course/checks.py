@@ -528,7 +528,12 @@ def _multi_head_checks():
 
     def shape(f, call):
         layer, x = layer_and_x()
-        _equal(tuple(run(call, f, layer, x).shape), (2, 6, 24), "output shape (batch, len, d_model)")
+        out = run(call, f, layer, x)
+        _equal(tuple(out.shape), (2, 6, 24), "output shape (batch, len, d_model)")
+        with torch.no_grad():
+            layer.W_O.weight.mul_(2)
+        if torch.equal(run(call, f, layer, x), out):  # (x itself has the shape too)
+            raise Failed("the output does not change with the layer's W_O: it is not the layer's output")
 
     def known(f, call):
         layer, _ = layer_and_x(4, 1)
@@ -570,7 +575,7 @@ def _multi_head_checks():
         _close(run(call, f, layer, x), _multi_head(layer, x), "d_model=12, h=6")
 
     return [
-        ("shape", "output shape (batch, len, d_model)", 1, shape),
+        ("shape", "output shape (batch, len, d_model), made by W_O", 1, shape),
         ("known", "one head, identity projections: known values", 2, known),
         ("plain", "equals the layer without a mask", 3, plain),
         ("causal", "equals the layer with a causal mask", 2, causal),
@@ -1164,6 +1169,8 @@ def _schedule_checks():
         s = drawn()
         for step in (s["total"], s["total"] + 1, 5 * s["total"]):
             value(call, f, step, "0 from step = total on", **s)
+        if not float(call(f, s["total"] - 1, s["peak"], s["warmup"], s["total"])) > 0:  # (any names of the arguments)  # (a schedule that is 0 everywhere ends at 0 too)
+            raise Failed(f"step {s['total'] - 1}, one before total = {s['total']}: not above 0, and so not yet ended")
 
     def grid(f, call):
         settings = [dict(zip(("peak", "warmup", "total"), x)) for x in [(1e-3, 100, 1000), (7e-4, 4000, 100000)]]
@@ -1176,7 +1183,7 @@ def _schedule_checks():
         ("warmup", "linear warmup from peak / warmup", 2, warmup),
         ("peak", "the peak at step = warmup", 1, peak),
         ("decay", "cosine decay after the peak", 2, decay),
-        ("end", "0 from step = total on", 1, end),
+        ("end", "0 from step = total on, and not before", 1, end),
         ("grid", "equals the schedule on a grid of steps and settings", 2, grid),
     ]
 
@@ -1793,6 +1800,8 @@ BLEU_REFERENCES = [
     "sacrebleu.metrics.bleu.BLEU.corpus_score",
     "sacrebleu.metrics.bleu.BLEU.sentence_score",
     "sacrebleu.metrics.bleu.BLEU.compute_bleu",
+    "sacrebleu.metrics.helpers.extract_all_word_ngrams",
+    "sacrebleu.metrics.helpers.extract_word_ngrams",
     "aiayn.bleu.ngrams",
     "aiayn.bleu.brevity_penalty",
 ]

@@ -45,10 +45,10 @@ class Recording(torch.optim.SGD):
 
     def __init__(self, params, lr):
         super().__init__(params, lr=lr)
-        self.seen = []
+        self.seen = ()  # a tuple: code that adds to the record assigns to optimizer.seen, which the flags name
 
     def step(self, closure=None):
-        self.seen.append((self.param_groups[0]["lr"], [p.grad.clone() for p in self.param_groups[0]["params"]]))
+        self.seen += ((self.param_groups[0]["lr"], [p.grad.clone() for p in self.param_groups[0]["params"]]),)
         return super().step(closure)
 
     def __getstate__(self):  # an optimizer pickles only its own state
