@@ -1970,7 +1970,11 @@ def test_an_eighteenth_trial_s_routes_are_caught_or_flagged():
         known[(N, d, ff, h, dk)] = parameter_count(make_config(N=N, d_model=d, d_ff=ff, h=h, d_k=dk)) - 1000 * d
     for N, d, ff in [(2, 512, 2048), (6, 256, 1024), (6, 1024, 4096), (4, 128, 512)]:
         known[(N, d, ff, 8, d // 8)] = parameter_count(make_config(N=N, d_model=d, d_ff=ff)) - 1000 * d
-    assert set(failed("parameter_count", tabled)) == {"d_k", "sizes"}  # the base model's is a known value
+    rng = CHECKS._rng("parameter_count")  # the d_k check's drawn (h, d_k), as the checks draw it in this process: one
+    rng.randint(1000, 40000)  # time in twelve it is (8, 16), a fixed row of the check's and so in the table
+    drawn = (6, 512, 2048, rng.choice([2, 4, 8]), rng.choice([8, 16, 24, 40]))
+    expected = {"sizes"} | ({"d_k"} if drawn not in known else set())  # the base model's is a known value
+    assert set(failed("parameter_count", tabled)) == expected
 
     assert "PyTorch's own TransformerEncoderLayer" in grader.suspect("layer = nn.TransformerEncoderLayer(512, 8)")
     assert "import yaml" in grader.suspect("import yaml\n_, f = yaml.unsafe_load(SETUP)")
