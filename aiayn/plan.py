@@ -126,15 +126,13 @@ PROFILES = {
                 "wide-p3-32k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 32768},
             },
         },
-        # the longer stage's lesson (the same recipe scored 39.7 on val at 33 epochs, 41.1 at 79): four runs at once,
-        # so each trains for about twice as many epochs again; the chosen recipe against more regularised ones
+        # the longer stage's lesson (the same recipe scored 39.7 on val at 33 epochs, 41.1 at 79): the longer stage
+        # with four runs at once, so each trains for about twice as many epochs again; the chosen recipe against more
+        # regularised ones (what is not given here is the longer stage's, below)
         "push": {
             "parallel": 4,
             "budget": 480,
             "eval_reserve": 40,
-            "seeds": [0],
-            "reverse_seeds": [],
-            "settings": {"recipe": "gpu"},
             "candidates": {
                 "gpu-16k": {"max_tokens": 16384},
                 "p3-16k": {"set": ["P_drop=0.3"], "max_tokens": 16384},
@@ -232,15 +230,6 @@ PROFILES = {
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}},
         },
-        "push": {
-            "parallel": 1,
-            "budget": 90,
-            "eval_reserve": 35,
-            "seeds": [0],
-            "reverse_seeds": [],
-            "settings": {**TINY, "max_output": 6},
-            "candidates": {"tiny": {}},
-        },
         "repeat": {
             "parallel": 2,
             "budget": 90,
@@ -280,8 +269,10 @@ PROFILES = {
         ],
     },
 }
-# the floor stage: the repeat stage's runs, as many at once and for as long, with nn.Transformer's layers
+# the push stage: the longer stage but for what the profile changes; the floor stage: the repeat stage's runs, as many
+# at once and for as long, with nn.Transformer's layers
 for _profile in PROFILES.values():
+    _profile["push"] = {**_profile["longer"], **_profile.get("push", {})}
     _repeat = _profile["repeat"]
     _floor = {name: {**changes, "layers": "torch"} for name, changes in _repeat["candidates"].items()}
     _profile["floor"] = {**_repeat, "candidates": _floor}
@@ -453,8 +444,8 @@ def failed_checks(out: Path, runs) -> dict[str, list[str]]:
 def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
-    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the repeat stage: gpu-repeat/, the floor stage:
-    gpu-floor-repeat/): a folder of runs per candidate, their logs, and recipes.json."""
+    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the push stage: gpu-push/, the repeat stage: gpu-repeat/,
+    the floor stage: gpu-floor-repeat/): a folder of runs per candidate, their logs, and recipes.json."""
     folder = {"recipes": RECIPES, "longer": LONGER, "push": PUSH, "repeat": REPEAT, "floor": FLOOR}[stage]
     p, out, scratch = profile[stage], out / folder, scratch / folder
     settings = {"bpe_size": profile["bpe_size"], **p["settings"]}

@@ -1169,7 +1169,8 @@ def _schedule_checks():
         s = drawn()
         for step in (s["total"], s["total"] + 1, 5 * s["total"]):
             value(call, f, step, "0 from step = total on", **s)
-        if not float(call(f, s["total"] - 1, s["peak"], s["warmup"], s["total"])) > 0:  # (any names of the arguments)  # (a schedule that is 0 everywhere ends at 0 too)
+        # and not before: a schedule that is 0 everywhere ends at 0 too (arguments by position: any names)
+        if not float(call(f, s["total"] - 1, s["peak"], s["warmup"], s["total"])) > 0:
             raise Failed(f"step {s['total'] - 1}, one before total = {s['total']}: not above 0, and so not yet ended")
 
     def grid(f, call):
