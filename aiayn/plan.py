@@ -10,6 +10,7 @@ the profile: model sizes, time budgets and how many runs share the device.
     python -m aiayn.plan run recipes --out DIR         # candidate recipes side by side, 3 seeds each, chosen on val
     python -m aiayn.plan run longer --out DIR          # the same with fewer runs at once: more epochs each
     python -m aiayn.plan run push --out DIR            # four runs at once, so each trains twice as long as in longer
+    python -m aiayn.plan run confirm --out DIR         # the push stage's choice, as push ran it: more seeds of it
     python -m aiayn.plan run repeat --out DIR          # the longer stage's choice: three seeds, both directions
     python -m aiayn.plan run floor --out DIR           # the same with nn.Transformer's layers: the floor, as repeat ran
     python -m aiayn.plan run final --out DIR           # both directions and the floor (--recipe gpu), more seeds;
@@ -41,7 +42,7 @@ from aiayn import ROOT, corpus, variations
 from aiayn.runs import config as run_config
 from aiayn.runs import launch
 
-STAGES = ("search", "recipes", "longer", "push", "repeat", "floor", "final", "speed")
+STAGES = ("search", "recipes", "longer", "push", "confirm", "repeat", "floor", "final", "speed")
 FINAL_RUNS = {
     "gpu-en-de": ("en-de", "aiayn"),
     "gpu-de-en": ("de-en", "aiayn"),
@@ -51,6 +52,7 @@ FINAL_RUNS = {
 RECIPES = "gpu-recipes"  # the recipes stage's folder: candidate recipes, several seeds each
 LONGER = "gpu-longer"  # the longer stage's: fewer runs at once, so each trains for more epochs
 PUSH = "gpu-push"  # the push stage's: four runs at once, so each trains for about twice the longer stage's epochs
+CONFIRM = "gpu-confirm"  # the confirm stage's: the push stage's choice, other seeds, four at once as push ran them
 REPEAT = "gpu-repeat"  # the repeat stage's: the longer stage's choice, three seeds in each direction
 FLOOR = "gpu-floor-repeat"  # the floor stage's: the repeat stage's runs with PyTorch's layers
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
@@ -139,6 +141,13 @@ PROFILES = {
                 "p3-ff1024-16k": {"set": ["P_drop=0.3", "d_ff=1024"], "max_tokens": 16384},
                 "wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384},
             },
+        },
+        # the push stage's choice (wide-p3-16k, on val) as push ran it, four at once for as long: EN→DE seeds 1 and 2
+        # (push ran seed 0) and DE→EN seeds 0 and 1, for the mean and spread of what the push stage chose
+        "confirm": {
+            "seeds": [1, 2],
+            "reverse_seeds": [0, 1],
+            "candidates": {"wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384}},
         },
         # the longer stage's choice (gpu-16k, on val) with as many runs at once: three seeds in each direction, for
         # the mean and spread of the recipe that the longer stage chose
@@ -230,6 +239,7 @@ PROFILES = {
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}},
         },
+        "confirm": {"seeds": [1], "reverse_seeds": []},  # one run, for the plumbing
         "repeat": {
             "parallel": 2,
             "budget": 90,
@@ -269,10 +279,11 @@ PROFILES = {
         ],
     },
 }
-# the push stage: the longer stage but for what the profile changes; the floor stage: the repeat stage's runs, as many
-# at once and for as long, with nn.Transformer's layers
+# the push and confirm stages: the longer and push stages but for what the profile changes; the floor stage: the repeat
+# stage's runs, as many at once and for as long, with nn.Transformer's layers
 for _profile in PROFILES.values():
     _profile["push"] = {**_profile["longer"], **_profile.get("push", {})}
+    _profile["confirm"] = {**_profile["push"], **_profile.get("confirm", {})}
     _repeat = _profile["repeat"]
     _floor = {name: {**changes, "layers": "torch"} for name, changes in _repeat["candidates"].items()}
     _profile["floor"] = {**_repeat, "candidates": _floor}
@@ -444,9 +455,11 @@ def failed_checks(out: Path, runs) -> dict[str, list[str]]:
 def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
-    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the push stage: gpu-push/, the repeat stage: gpu-repeat/,
-    the floor stage: gpu-floor-repeat/): a folder of runs per candidate, their logs, and recipes.json."""
-    folder = {"recipes": RECIPES, "longer": LONGER, "push": PUSH, "repeat": REPEAT, "floor": FLOOR}[stage]
+    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the push stage: gpu-push/, the confirm stage:
+    gpu-confirm/, the repeat stage: gpu-repeat/, the floor stage: gpu-floor-repeat/): a folder of runs per candidate,
+    their logs, and recipes.json."""
+    folder = {"recipes": RECIPES, "longer": LONGER, "push": PUSH, "confirm": CONFIRM, "repeat": REPEAT, "floor": FLOOR}
+    folder = folder[stage]
     p, out, scratch = profile[stage], out / folder, scratch / folder
     settings = {"bpe_size": profile["bpe_size"], **p["settings"]}
     corpus.encoded(settings["bpe_size"])
@@ -623,7 +636,7 @@ def show(profile_name: str) -> str:
         f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
         f"then recipe.json, the row with the best val BLEU"
     )
-    for stage, folder in (("recipes", RECIPES), ("longer", LONGER), ("push", PUSH)):
+    for stage, folder in (("recipes", RECIPES), ("longer", LONGER), ("push", PUSH), ("confirm", CONFIRM)):
         r = profile[stage]
         lines.append(
             f"{stage}: {', '.join(r['candidates'])} on {' '.join(_flags(r['settings']))}, EN→DE seeds "
@@ -716,7 +729,7 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
     if stage == "search":
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
-    elif stage in ("recipes", "longer", "push", "repeat", "floor"):
+    elif stage in ("recipes", "longer", "push", "confirm", "repeat", "floor"):
         failed = [name for name, code in recipes(profile, out, scratch, stage)["codes"].items() if code]
     elif stage == "final":
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]

@@ -43,7 +43,7 @@ def test_every_stage_runs_and_the_chapters_read_what_it_wrote(rehearsal):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((out / "rehearsal.json").read_text())
     assert report["stages"] == dict.fromkeys(
-        ("search", "recipes", "longer", "push", "repeat", "floor", "final", "speed"), 0
+        ("search", "recipes", "longer", "push", "confirm", "repeat", "floor", "final", "speed"), 0
     )
     assert report["chapters"] == {"12_results": "ok", "13_variations": "ok"}
     assert untouched, "the rehearsal changed results/, pretrained/ or aiayn/pretrained.json"
@@ -174,6 +174,13 @@ def test_show_lists_every_stage_and_the_recipe_joins_the_profile():
     text = plan.show("gpu")
     assert text.count("\n") >= 3 and "search:" in text and "final:" in text and "speed: python" in text
     assert "recipes:" in text and "longer:" in text and plan.LONGER in text
+    # the confirm stage runs the push stage's choice as push ran it (as many at once, as long), with other seeds
+    push, confirm = plan.PROFILES["gpu"]["push"], plan.PROFILES["gpu"]["confirm"]
+    chosen = json.loads((plan.ROOT / "results" / plan.PUSH / "recipes.json").read_text())["chosen"]
+    assert confirm["candidates"] == {chosen: push["candidates"][chosen]} and 0 not in confirm["seeds"]
+    assert {k: v for k, v in confirm.items() if "seeds" not in k and k != "candidates"} == {
+        k: v for k, v in push.items() if "seeds" not in k and k != "candidates"
+    }
     config = plan.recipe_config(
         {"changes": {"P_drop": 0.4}, "options": {"factor": 2.5, "max_tokens": 4000}},
         {"set": ["d_model=32", "P_drop=0.1"], "max_tokens": 2000, "warmup": 10},
