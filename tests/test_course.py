@@ -488,7 +488,8 @@ def test_static_flags_name_what_reaches_past_the_function():
     )
     assert grader.suspect(routes) == [
         "a change to fetch(g['run'], '__glo' + 'bals__')['Watch']",
-        "import traitlets (not a library the exercises use)", "import_item", "the name __glo as a string",
+        "import traitlets (not a library the exercises use)", "import traitlets.utils.importstring.import_item",
+        "import_item", "the name __glo as a string",
         "the name bals__ as a string", "the name builtins.setattr as a string",
     ]  # fmt: skip
     source = inspect.getsource(rate)
@@ -689,14 +690,15 @@ def test_inputs_drawn_afresh_defeat_a_table_of_the_last_grading(monkeypatch):
     }  # fmt: skip (brevity: its score is the brevity penalty of the drawn lengths, whichever way it is found)
 
 
-def test_a_constant_encoding_earns_only_its_shape_and_position_zero():
+def test_a_constant_encoding_earns_only_its_position_zero():
     """A sixth trial's: zeros, then ones, in every row has the right shape, the right position 0 and the right norm
-    everywhere; the norm check now asks that the encoding change with the position."""
+    everywhere; the norm check now asks that the encoding change with the position, and (a twenty-second trial's
+    table of zeros) so does the shape check."""
 
     def constant(max_len, d_model):
         return torch.cat([torch.zeros(max_len, d_model // 2), torch.ones(max_len, d_model // 2)], 1)
 
-    assert set(failed("positional", constant)) == {"halves", "timescales", "reference", "norm"}
+    assert set(failed("positional", constant)) == {"shape", "halves", "timescales", "reference", "norm"}
 
 
 def test_a_numpy_array_of_numbers_is_read_as_a_tensor():
@@ -743,7 +745,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 989
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1031
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -785,8 +787,12 @@ def test_the_grading_machinery_stays_small():
     # (jinja2 resolved names from strings) and the profiler's changes refused while it watches a call (11 lines); 983
     # until the twentieth trial's pasted forward with a branch cut away needed the share of a function held in long
     # runs of the book's code (5 lines); 988 until the twenty-first trial, whose routes needed pandas' other file
-    # readers flagged (1 line)
-    assert 500 < total <= 989, f"{total} lines of grading code"
+    # readers flagged (1 line); 989 until the twenty-second trial, whose routes needed the digest of each answer
+    # printed by its call and compared (an answer file rewritten after the call: 17 lines), a cell's functions compared
+    # with a long reference together (a paste cut into helpers: 9 lines), files written, folders listed, the book's
+    # package imported and PyTorch's label smoothing passed by position flagged (15 lines), and the course's code
+    # linted at last (a name in ruff's exclusions had kept it out: 1 line)
+    assert 500 < total <= 1031, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -1252,6 +1258,20 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
         "        scheduler.step()",
         "",
     ),
+    # a twenty-second trial's: the answer file rewritten after the call, by an artist that matplotlib draws once the
+    # cell has run (the grader takes an answer only if the call printed its digest: this one fails, and is flagged)
+    "zm_rewrites_its_answer": (
+        "right_named_inner+import matplotlib, torch\nimport matplotlib.pyplot as plt\n"
+        "from matplotlib.artist import Artist\nfrom torch.utils.data.datapipes.iter import FileLister\n"
+        "pending, folder = [], matplotlib.get_configdir().rsplit('/', 1)[0]\nclass Later(Artist):\n"
+        "    def draw(self, renderer):\n        while pending:\n            value = inner(*pending.pop())\n"
+        "            for path in FileLister(folder, 'answer-*'):\n"
+        "                torch.save(dict(value=value, error=None, missing=False, timeout=False, calls=[],\n"
+        "                                seconds=0.01, threads=0), path)\n"
+        "def warmup_cosine(step, peak, warmup, total):\n    pending.append((step, peak, warmup, total))\n"
+        "    plt.figure(figsize=(1, 1)).add_artist(Later())\n    return 0.0",
+        "",
+    ),
     "ze_fills_the_disk_at_once": (  # 80 MiB within the watch's half second: charged to its own cell, not the next
         "right",
         "for i in range(5):\n    with open(f'q{i}', 'wb') as fh:\n        fh.write(bytes(16 << 20))",
@@ -1268,7 +1288,7 @@ ATTACKS = {  # student: (the answer to warmup_cosine: "right", "none" or a repla
 
 @needs_sandbox
 def test_a_class_graded_in_the_sandbox(tmp_path):
-    """A class of thirty-three submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
+    """A class of thirty-nine submissions of one assignment, graded by nbgrader in the sandbox as this machine's user
     (root on CI): no grade but the submission's own changes, no honest point is lost, no point is earned without a
     FLAG in the report, and no file outside the submissions changes."""
     import hashlib
@@ -1395,6 +1415,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
         "zj_pauses_the_watch": ASSIGNMENTS["accumulation"].points,
         "zk_compiles_the_book": ASSIGNMENTS["accumulation"].points,
         "zl_forges_the_record": scores["zl_forges_the_record"],  # flagged, below
+        "zm_rewrites_its_answer": ASSIGNMENTS["accumulation"].points,
     } | {"g_patches": scores["g_patches"]}
     assert scores.pop("g_patches") <= zero  # builtins replaced in its own kernel: its own loss, never a gain
     blocks, student = {}, None  # the report's lines of each student, unwrapped
@@ -1414,6 +1435,7 @@ def test_a_class_graded_in_the_sandbox(tmp_path):
     assert "the grader's call watch cannot be switched off" in blocks["zc_profiles_the_book"]  # (cProfile's refused)
     assert "import cProfile" in blocks["zc_profiles_the_book"]
     assert "a change to optimizer.seen" in blocks["zl_forges_the_record"]
+    assert "FLAG an answer not the one its call wrote (changed after the call)" in blocks["zm_rewrites_its_answer"]
     assert scores["zl_forges_the_record"] < ASSIGNMENTS["schedule"].points + ASSIGNMENTS["accumulation"].points
     graded = root / "autograded/y_updates_a_display/schedule/schedule.ipynb"
     assert graded.stat().st_size < 1_500_000 and "yyyy" not in graded.read_text()
@@ -1615,9 +1637,12 @@ def test_a_thirteenth_trial_s_routes_are_flagged_and_honest_work_is_not():
         "with nullcontext(quiet) as torch.save:\n    pass",
         "for torch.save in [q]: pass",
     ):
-        assert grader.suspect(patch) == ["a change to torch.save"], patch
+        assert grader.suspect(patch) == [".save", "a change to torch.save"], patch  # (.save: a file written)
     alias = "class Box:\n    def put(self, value):\n        self.save = value\n    put_in = put\nBox.put_in(torch, q)"
-    assert grader.suspect(alias) == ["Box.put_in (an attribute taken from the class, not from an object of it)"]
+    assert grader.suspect(alias) == [
+        ".save",
+        "Box.put_in (an attribute taken from the class, not from an object of it)",
+    ]
     assert grader.suspect("class Box:\n    pass\ngetattr(Box, 'put')(torch, q)") == [".put"]
     assert grader.suspect("Box.put(torch, q)", given={"Box": True}) == [
         "Box.put (an attribute taken from the class, not from an object of it)"
@@ -1909,6 +1934,8 @@ def test_a_seventeenth_trial_s_routes_are_flagged_and_honest_work_is_not(tmp_pat
     read. Names bound by an annotated assignment or := are the student's own."""
     import torch
 
+    import hashlib
+
     from aiayn.course import grader, kernel
     from aiayn.model import TransformerConfig, count_parameters, make_model
 
@@ -1938,9 +1965,9 @@ def test_a_seventeenth_trial_s_routes_are_flagged_and_honest_work_is_not(tmp_pat
     path = tmp_path / "answer"
     torch.save({**kernel.NO_ANSWER, "value": {str(i): None for i in range(600_000)}}, path)
     assert path.stat().st_size > grader.MAX_PICKLE
-    assert grader.read_answer(str(path))["error"][0] == "TooLarge"
+    assert grader.read_answer(str(path), [hashlib.sha256(path.read_bytes()).hexdigest()])["error"][0] == "TooLarge"
     torch.save({**kernel.NO_ANSWER, "value": [1.0, 2.0]}, path)
-    assert grader.read_answer(str(path))["value"] == [1.0, 2.0]
+    assert grader.read_answer(str(path), [hashlib.sha256(path.read_bytes()).hexdigest()])["value"] == [1.0, 2.0]
 
 
 def test_an_eighteenth_trial_s_routes_are_caught_or_flagged():
@@ -2114,6 +2141,86 @@ def test_a_twenty_first_trial_s_routes_earn_nothing_or_are_flagged():
     assert points("multi_head", lambda layer, x, mask=None: x) == 0
     assert points("multi_head", lambda layer, x, mask=None: layer.W_O(x)) == 1  # made by W_O: its shape point
     assert {".read_table", ".smart_open"} <= set(grader.suspect("pd.read_table('/etc/passwd')\nh.smart_open('x')"))
+
+
+def test_a_twenty_second_trial_s_routes_earn_nothing_or_are_flagged(tmp_path):
+    """A twenty-second trial's: NaN where a check compared with `>` (the known scale, the padding's probability),
+    numpy's tri for the causal mask, a positional table of zeros, PyTorch's label smoothing passed by position, the
+    book's make_model imported for its tables, and an answer file that does not match the digest its call printed."""
+    import hashlib
+
+    import numpy as np
+
+    from aiayn.course import grader, kernel
+
+    def nan_for_one(query, key, value, key_lengths=None, causal=False):
+        out = torch.zeros(*query.shape[:-1], value.size(-1))
+        return out * math.nan if out.numel() == 1 else out
+
+    assert failed("attention", nan_for_one).keys() >= {"scale", "no_mask"}
+
+    def nan_in_the_padding(logits, target, eps_ls, pad_id):
+        logits.register_hook(lambda g: g.index_fill(-1, torch.tensor([pad_id]), math.nan))
+        return F.cross_entropy(logits.flatten(0, -2), target.flatten(), ignore_index=pad_id, reduction="sum")
+
+    assert "no_pad" in failed("label_smoothing", nan_in_the_padding)
+    assert points("subsequent_mask", lambda size: torch.from_numpy(np.tri(size)).bool()) == 0
+    assert points("positional", lambda n, d: torch.zeros(n, d)) == 0
+    assert (
+        points("positional", lambda n, d: torch.arange(n * d).reshape(n, d).float()) == 1
+    )  # its shape, positions apart
+    for code in (
+        "def f(x, t):\n    return F.cross_entropy(x, t, None, None, 0, None, 'sum', 0.1)",
+        "def f(x, t):\n    return nn.CrossEntropyLoss(None, None, 0, None, 'sum', 0.1)(x, t)",
+        "def f(x, t, *a):\n    return F.cross_entropy(x, t, *a)",
+        "def f(x, t):\n    return F.cross_entropy(x, t, **{'label_smoothing': 0.1})",
+    ):
+        assert grader.suspect(code) == ["PyTorch's own label_smoothing"], code
+    assert grader.suspect("def f(x, t):\n    return F.cross_entropy(x, t, None, None, 0, None, 'sum')") == []
+    found = grader.suspect("from aiayn.model import make_model\nfrom torch import save\nmatplotlib.get_configdir()")
+    assert found == [
+        ".get_configdir",
+        "import aiayn.model.make_model (the book's code, in a cell of the student's)",
+    ] + ["import torch.save"]
+    assert "import torch.utils.data.datapipes.iter" in grader.suspect("from torch.utils.data.datapipes.iter import X")
+    path = tmp_path / "answer"
+    torch.save({**kernel.NO_ANSWER, "value": [1.0, 2.0]}, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert grader.read_answer(str(path), [digest])["value"] == [1.0, 2.0]
+    for printed in ([], [digest, digest], ["0" * 64]):  # none, a second one printed, another file's
+        assert grader.read_answer(str(path), printed)["error"][0] == "AnswerChanged"
+    # the solution cut into helpers, each under the tokens a function is compared by, held whole by the cell
+    split = (
+        "def uniform_part(logits, eps_ls, pad_id):\n    V = logits.size(-1)\n"
+        "    q = torch.full_like(logits, eps_ls / (V - 1))\n    q[..., pad_id] = 0.0\n    return q\n"
+        "def add_one_hot(q, logits, target, eps_ls):\n"
+        "    q.scatter_add_(-1, target[..., None], torch.full_like(logits[..., :1], 1.0 - eps_ls))\n    return q\n"
+        "def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
+        "    q = add_one_hot(uniform_part(logits, eps_ls, pad_id), logits, target, eps_ls)\n"
+        "    loss = -(q * logits.log_softmax(-1)).sum(-1)\n    return loss.masked_fill(target == pad_id, 0.0).sum()"
+    )
+    solution = next(iter(_answers(course.COURSE / "label_smoothing.ipynb").values()))
+    refs = grader.references([ASSIGNMENTS["label_smoothing"]], [solution])
+    assert any("together hold" in x and "the book's solution" in x for x in grader.near_copies(split, refs))
+    own = (  # an honest answer in two functions
+        "def smoothed_targets(logits, target, eps_ls, pad_id):\n"
+        "    rows = logits.new_full(logits.shape, eps_ls / (logits.shape[-1] - 1))\n    rows[..., pad_id] = 0\n"
+        "    one_hot = F.one_hot(target, logits.shape[-1]).to(rows.dtype)\n"
+        "    return rows + (1 - eps_ls) * one_hot\n"
+        "def my_label_smoothing(logits, target, eps_ls, pad_id):\n"
+        "    q = smoothed_targets(logits, target, eps_ls, pad_id)\n"
+        "    per_token = (q * -F.log_softmax(logits, dim=-1)).sum(dim=-1)\n"
+        "    return per_token[target != pad_id].sum()"
+    )
+    namespace = {"torch": torch, "F": F}
+    exec(own, namespace)
+    assert points("label_smoothing", namespace["my_label_smoothing"]) == ASSIGNMENTS["label_smoothing"].points
+    assert not grader.near_copies(own, refs)
+    answer = {**kernel.NO_ANSWER, "error": ("AnswerChanged", "changed")}
+    c, message, flags = CHECKS.verdict("peak", "agrees", lambda request: answer)
+    assert message.startswith("its result was not read") and flags == [
+        "an answer not the one its call wrote (changed after the call)"
+    ]
 
 
 def test_torch_compile_runs_the_book_s_own_frames_in_a_graded_kernel():

@@ -51,6 +51,9 @@ def test_the_formatter_leaves_exactly_the_generated_modules_alone():
     config = tomllib.loads((_export.ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     excluded = {p for p in config["extend-exclude"] if p.startswith("aiayn/")}
     assert excluded == {f"aiayn/{name}.py" for name in _export.generated_files()}
+    # a bare name excludes every file and folder of that name ("course", the assignments', once hid aiayn/course/)
+    names = {p for p in config["extend-exclude"] if "/" not in p}
+    assert not names & {part for path in _export.PACKAGE.rglob("*.py") for part in path.relative_to(_export.ROOT).parts}
 
 
 def test_no_function_outside_the_checks_is_longer_than_80_lines():

@@ -98,7 +98,7 @@ class Call:
     the inputs as they are after the call)."""
 
     def __init__(self, a: "Assignment", answer: Callable[[dict], dict]):
-        self.a, self.answer, self.calls, self.threads = a, answer, [], 0
+        self.a, self.answer, self.calls, self.threads, self.changed = a, answer, [], 0, False
 
     def __call__(self, f, *args, _init=None, _made=False, _grad=None, _observe=False, **kwargs):
         request = {"names": self.a.names, "args": list(args), "kwargs": kwargs, "init": _init, "grad": _grad}
@@ -106,6 +106,7 @@ class Call:
         request |= {"observe": _observe, "references": self.a.references, "seconds": CALL_SECONDS}
         answer = self.answer(request)
         self.threads = max(self.threads, answer.get("threads", 0))
+        self.changed |= (answer["error"] or ("",))[0] == "AnswerChanged"  # (the grader's: see grader.read_answer)
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
             if answer["calls"][0] == kernel.WATCH_OFF:
@@ -119,7 +120,8 @@ class Call:
             name, message = answer["error"]
             if name == "NotImplementedError":
                 raise Failed("not implemented yet: write your code in place of `raise NotImplementedError()`")
-            said = "its result was not read" if name in ("TooLarge", "NoResult") else f"your code raised {name}"
+            unread = name in ("TooLarge", "NoResult", "AnswerChanged")
+            said = "its result was not read" if unread else f"your code raised {name}"
             raise Failed(f"{said}: {message}"[:400])
         return answer["value"]
 
@@ -161,6 +163,7 @@ def verdict(assignment: str, key: str, answer: Callable[[dict], dict]) -> tuple[
     flags = [name if name == kernel.WATCH_OFF else f"calls {name}" for name in call.calls[:1]]
     if call.threads:  # a thread started before the call, which the call watch does not see: what does it run?
         flags.append(f"ran {call.threads} thread(s) of its own while the checks called its function")
+    flags += ["an answer not the one its call wrote (changed after the call)"] * call.changed
     return c, message[:600], flags
 
 
@@ -385,7 +388,7 @@ def _attention_checks():
             round(math.exp(4) / (math.exp(4) + 1), 4): "the scores are not divided by sqrt(d_k)",
             round(math.exp(1) / (math.exp(1) + 1), 4): "the scores are divided by d_k instead of sqrt(d_k)",
         }
-        if abs(got - want) > 1e-5:
+        if not abs(got - want) <= 1e-5:  # (NaN too)
             raise Failed(f"{_relative(got, want)}" + (f": {causes[round(got, 4)]}" if round(got, 4) in causes else ""))
 
     def no_mask(f, call):
@@ -459,7 +462,7 @@ def _attention_checks():
     "my_subsequent_mask(size) -> bool (size, size), True where position i may attend to j (j <= i)",
     # a tensor's tril and tril_ run the same operator; and the triangle's indices, numpy's triangles
     ["aiayn.attention.subsequent_mask", "torch.tril", "torch.triu", "torch.tril_indices", "torch.triu_indices"]
-    + ["numpy.tril", "numpy.triu"],
+    + ["numpy.tril", "numpy.triu", "numpy.tri", "numpy.tril_indices", "numpy.triu_indices"],
 )
 def _subsequent_mask_checks():
     torch = _torch()
@@ -840,7 +843,10 @@ def _positional_checks():
 
     def shape(f, call):
         n, d = sizes(0, (5, 40), (3, 20))
-        _equal(tuple(pe(call, f, n, d).shape), (n, d), f"shape (max_len, d_model) for max_len {n}, d_model {d}")
+        out = pe(call, f, n, d)
+        _equal(tuple(out.shape), (n, d), f"shape (max_len, d_model) for max_len {n}, d_model {d}")
+        if not (out != out[:1]).any():  # (torch.zeros(n, d) has the shape, and encodes nothing)
+            raise Failed("every position has the same encoding: the table does not tell positions apart")
 
     def zero(f, call):
         n, d = sizes(1, (2, 9), (2, 16))
@@ -906,7 +912,7 @@ def _positional_checks():
             )
 
     return [
-        ("shape", "shape (max_len, d_model)", 1, shape),
+        ("shape", "shape (max_len, d_model), positions told apart", 1, shape),
         ("zero", "position 0 is (0, ..., 0, 1, ..., 1)", 1, zero),
         ("halves", "sines in the first half, cosines in the second", 2, halves),
         ("timescales", "timescales 10000^(i / (d_model/2 - 1))", 2, timescales),
@@ -1377,7 +1383,7 @@ def _label_smoothing_checks():
     def no_pad(f, call):
         q, target = q_from_grad(call, f)
         got = q[..., 0][target != 0]
-        if got.abs().max() > 1e-6:
+        if not got.abs().max() <= 1e-6:  # (NaN too)
             raise Failed(f"the padding token gets target probability {got.max():.4g}; it must get 0")
 
     def spread(f, call):

@@ -21,6 +21,7 @@ import base64
 import contextlib
 import copy
 import difflib
+import hashlib
 import io
 import json
 import os
@@ -203,9 +204,11 @@ SUSPECT_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "gi_frame", "tb_frame",
 SUSPECT_ATTRIBUTES |= {"settrace", "overrides", "library", "_python_dispatch", "TorchFunctionMode", "TorchDispatchMode"}
 SUSPECT_ATTRIBUTES |= {"fx", "export", "timeit", "benchmark", "run_in_executor"}  # torch.fx, Timer, another thread
 PACKAGES = ("aiayn.course", "torch.fx", "torch.export", "functorch", "torch.utils.benchmark")  # flagged whole
+PACKAGES += ("torch.utils.data.datapipes",)  # (FileLister: a folder listed)
 SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file", "read_text", "read_bytes"}  # files
 SUSPECT_ATTRIBUTES |= {"genfromtxt", "fromregex", "memmap", "dircmp", "read_csv", "read_json", "read_pickle"}
 SUSPECT_ATTRIBUTES |= {"read_table", "read_fwf", "read_excel", "read_parquet", "read_feather", "smart_open"}
+SMOOTHING = {"cross_entropy": 7, "CrossEntropyLoss": 5}  # the position of their label_smoothing argument
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
@@ -225,6 +228,9 @@ DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)+")  # a string naming a module's attri
 AS_STRINGS = SUSPECT_MODULES - {"code", "io", "os", "types", "glob", "profile", "trace", "queue", "signal", "socket"}
 SUSPECT_MODULES |= {"struct", "array", "base64", "binascii", "codecs", "zlib", "lzma", "bz2", "gzip"}  # data decoded
 SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64decode", "decompress"}  # from bytes
+# files written, and folders found and listed (an answer file rewritten after its call)
+SUSPECT_ATTRIBUTES |= {"save", "savez", "savez_compressed", "savetxt", "tofile", "write_bytes", "write_text", "dump"}
+SUSPECT_ATTRIBUTES |= {"to_pickle", "get_configdir", "get_cachedir", "get_data_path", "listdir", "scandir", "iterdir"}
 OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
 TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
 # a magic, shell, autocall or help line, and a magic's or shell's output assigned (x = !ls, x, y = %sx ls)
@@ -247,6 +253,9 @@ NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens 
 # a function whose tokens lie this much in runs this long from one of the book's functions is a paste with parts cut
 # away (a multi-head forward without its cache branch held 84%; the honest answers of two trial classes at most 52%)
 HELD = (0.75, 15)
+# the share of a long reference's tokens (past 2 SHORT) in such runs, across the functions of one cell: a paste cut into
+# helpers (the book's solutions so cut held 86-97%; honest cells of two functions or more of four trial classes, 68%)
+SPLIT = 0.8
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 30_000  # a cell longer than this is not parsed by the flags (and is flagged for that): their time
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
@@ -355,7 +364,7 @@ def _students(nodes: list, stored: list, given) -> set[int]:
     return own | {id(n) for n, spans in held if any(a < n.lineno <= b for a, b in spans)}
 
 
-def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
+def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) -> list[str]:
     """What in a cell of the student's reaches past its own function: frames, the interpreter's machinery, other
     modules, torch's operator registry, code built from strings, a module's attribute replaced (``modules``: names the
     student's cells import) or of any object but ``self`` and ``cls`` (the checks observe what the student's
@@ -363,7 +372,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
     student was asked to write, named anywhere in the student's cells (called outside a function, it can fill a table
     that the function reads), and ``built``: what the book's cells built with that code (``layer``), named as a
     variable; where a name is the student's own (``_students``; ``given``: what the student's earlier cells bound at
-    their top level, name -> whether it is a class), it is not the book's."""
+    their top level, name -> whether it is a class), it is not the book's; ``allowed``: what of the book's package a
+    student's cell may import (what the book's cells import, and what the exercises hand over)."""
     found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
     # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
     stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
@@ -400,8 +410,11 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
                 found.append(f".{n.attr}")
         elif (named := getattr(n, "attr", getattr(n, "id", getattr(n, "name", None)))) in PYTORCHS:
             found.append(f"PyTorch's own {named}")
-        elif isinstance(n, ast.keyword) and n.arg == "label_smoothing":  # PyTorch's own (F.cross_entropy)
-            found.append(f"PyTorch's own {n.arg}")
+        elif isinstance(n, ast.keyword) and n.arg == "label_smoothing" or getattr(n, "value", 0) == "label_smoothing":
+            found.append("PyTorch's own label_smoothing")  # (F.cross_entropy's; by name, or by position below)
+        elif isinstance(n, ast.Call) and (at := SMOOTHING.get(getattr(n.func, "attr", getattr(n.func, "id", "")))):
+            starred = any(isinstance(a, ast.Starred) for a in n.args[: at + 1])
+            found += ["PyTorch's own label_smoothing"] * (starred or len(n.args) > at)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (_named(n.value) or n.value in book):
             found.append(f"the name {n.value[:40]} as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and NUMBER.fullmatch(n.value):
@@ -411,17 +424,11 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         elif (
             isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"[(=]", n.value) and _nodes(n.value)
         ):
-            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built, given)]
+            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built, given, allowed)]
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, IMPORTS):
-            names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
-            names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
-            found += [f"import {m}" for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
-            found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"][:1]
-            tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}  # (an allow-list)
-            found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
-            found += ["the book's code, imported with *" for a in n.names if a.name == "*"]
+            found += _imports(n, book, allowed)
         for target in [n] if isinstance(n, (ast.Attribute, ast.Subscript)) and type(n.ctx) is not ast.Load else []:
             root, chain = target, []
             while isinstance(root, (ast.Attribute, ast.Subscript)):
@@ -434,6 +441,22 @@ def suspect(source: str, modules=(), book=(), built=(), given=()) -> list[str]:
         if (named in book or named in built and isinstance(n, ast.Name)) and type(getattr(n, "ctx", 0)) is ast.Load:
             found += [f"the book's {named}"] * (id(n) not in theirs)
     return sorted({x for x in found if x.removesuffix(" (in a string of code)") not in set(found) - {x}})
+
+
+def _imports(n, book=(), allowed=()) -> list[str]:
+    """What an import flags: the suspect modules and names, the book's package but what is ``allowed`` (``suspect``)
+    and the names flagged as the book's there, private names, libraries outside the allow-list, and ``*``."""
+    names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+    names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
+    bad = [m for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
+    found = [f"import {m}" for m in bad + [m for m in names if m.split(".")[-1] in SUSPECT_ATTRIBUTES]]
+    books = [m for m in names[isinstance(n, ast.ImportFrom) :] if m.split(".")[0] == "aiayn" and m not in allowed]
+    books = [m for m in books if m.split(".")[-1] not in {*book, *allowed} and m[:12] != "aiayn.course"]
+    found += [f"import {m} (the book's code, in a cell of the student's)" for m in books[:1]]
+    found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"][:1]
+    tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}  # (an allow-list)
+    found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
+    return found + ["the book's code, imported with *" for a in n.names if a.name == "*"]
 
 
 def _tokens(node) -> list[str]:
@@ -458,9 +481,18 @@ def _tokens(node) -> list[str]:
 
 def near_copies(source: str, references: dict[str, object], deadline: float = float("inf")) -> list[str]:
     """The references (name -> function ast) that a function of ``source`` nearly copies, with the share of tokens,
-    and the book's functions that hold most of one (a paste with parts cut away); compared until ``deadline``."""
-    found, refs, late = {}, {name: _tokens(ref) for name, ref in references.items()}, []
-    for node in [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]:
+    the book's functions that hold most of one (a paste with parts cut away), and the long references that the
+    functions of ``source`` together hold most of (a paste cut into helpers); compared until ``deadline``."""
+    found, refs, late, split = {}, {name: _tokens(ref) for name, ref in references.items()}, [], []
+    nodes = [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]
+    whole = [re.sub(r"^v\d+$", "v", t) for n in nodes if len(nodes) > 1 for t in _tokens(n)]  # (local names alike)
+    for name, b in [(name, b) for name, b in refs.items() if whole and len(b) > 2 * SHORT]:
+        b = [re.sub(r"^v\d+$", "v", t) for t in b]
+        match = difflib.SequenceMatcher(None, whole, b, autojunk=False)
+        if time.monotonic() < deadline and match.quick_ratio() * (len(whole) + len(b)) >= 2 * SPLIT * len(b):
+            if (held := sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(b)) >= SPLIT:
+                split.append(f"its functions together hold {held:.0%} of the tokens of {name}")
+    for node in nodes:
         if late := [LATE] * (time.monotonic() > deadline):
             break
         a = _tokens(node)
@@ -475,7 +507,7 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
             elif book and len(a) > SHORT and match.quick_ratio() * (len(a) + len(b)) >= 2 * HELD[0] * len(a):
                 held = sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(a)
                 found[f"holds runs of {name}"] = max(found.get(f"holds runs of {name}", 0), held)
-    return [f"{what} ({share:.0%} of its tokens)" for what, share in found.items() if share >= HELD[0]] + late
+    return [f"{what} ({share:.0%} of its tokens)" for what, share in found.items() if share >= HELD[0]] + split + late
 
 
 def references(assignments, solutions: list[str]) -> dict[str, object]:
@@ -619,9 +651,10 @@ class SandboxKernelManager(AsyncKernelManager):
         box += ["--bind", str(self.sandbox_dir), str(self.sandbox_dir), "--bind", str(self.sandbox_dir / "work"), WORK]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
         env |= dict.fromkeys(("HOME", "MPLCONFIGDIR", "IPYTHONDIR"), self.sandbox_dir / "home")
-        # PYTHONSAFEPATH: no module of its own folder stands in for the book's ones; TORCH_COMPILE_DISABLE: torch.compile
-        # runs the code it is given (its compiled frames are code the call watch has never seen)
-        env |= {"USER": "student", "LOGNAME": "student", "TMPDIR": "/tmp", "PYTHONSAFEPATH": 1, "TORCH_COMPILE_DISABLE": 1}
+        # PYTHONSAFEPATH: no module of its own folder stands in for the book's ones; TORCH_COMPILE_DISABLE:
+        # torch.compile runs the code it is given (its compiled frames are code the call watch has never seen)
+        env |= {"USER": "student", "LOGNAME": "student", "TMPDIR": "/tmp", "PYTHONSAFEPATH": 1}
+        env |= {"TORCH_COMPILE_DISABLE": 1}
         env |= {"AIAYN_DATA": data.cache_dir().resolve(), "AIAYN_PRETRAINED": data.pretrained_dir().resolve()}
         # nothing of the grader's environment (its secrets, a fixed seed of the checks' inputs)
         box += ["--clearenv"] + [arg for name, value in env.items() for arg in ("--setenv", name, str(value))]
@@ -716,12 +749,15 @@ class Execute(NbGraderExecute):
         # the book's own code (not torch's) that an assignment asks the student to write anew, but what it hands over
         asked = [(p, assignments[a].given) for a in graded for p in assignments[a].references if p[:6] == "aiayn."]
         book = {p.split(".")[2] for p, handed in asked if p.split(".")[2] not in handed}
+        allowed = {name for _, handed in asked for name in handed}  # what the exercises hand over, and (below) import
         built, given, self._defined = set(), {}, {}  # built with the book's code, the student's names (grows with each
         # of the student's cells: what the cells before it bound), the book's definitions (for the call watch)
         for c in [c for c in source.cells if c.cell_type == "code" and not has_solution(c.source)]:
             text = TransformerManager().transform_cell(c.source)  # as the kernel runs it
             for n in (_nodes(text) or [ast.Module([])])[0].body:
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
+                imports = [f"{getattr(n, 'module', '')}.{a.name}".lstrip(".") for a in getattr(n, "names", [])]
+                allowed |= set(imports) if isinstance(n, IMPORTS) else set()  # (what a student's cell may import too)
                 # what a book's cell builds with the book's code is the book's too: layer = PositionalEncoding(...), a
                 # dict or a list of such, a function that calls it
                 uses = {m.id for m in ast.walk(getattr(n, "value", n)) if isinstance(m, ast.Name)}
@@ -730,7 +766,7 @@ class Execute(NbGraderExecute):
             if time.monotonic() > deadline:  # (a cell longer than FLAG_CHARS is code the flags cannot read)
                 cell.metadata.setdefault("aiayn", {})["flags"] = [LATE]
                 continue
-            flags = [f"uses {', '.join(x)}" for x in [suspect(cell.source, modules, book, built, given)] if x]
+            flags = [f"uses {', '.join(x)}" for x in [suspect(cell.source, modules, book, built, given, allowed)] if x]
             given |= {k: v for m in _nodes(cell.source, True)[:1] for s in m.body for k, v in _binds(s).items()}
             flags += ["code the flags cannot read"] * (bool(cell.source.strip()) and not _nodes(cell.source, True))
             if flags := flags + near_copies(cell.source, refs, deadline):
@@ -826,7 +862,8 @@ class Execute(NbGraderExecute):
         try:
             if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
                 return {**kernel.NO_ANSWER, "timeout": True}
-            return read_answer(path)
+            printed = "".join(o.get("text", "") for o in probe.outputs if o.get("name") == "stdout")
+            return read_answer(path, re.findall(rf"{kernel.DIGEST} ([0-9a-f]{{64}})", printed))
         finally:
             Path(path).unlink(missing_ok=True)
 
@@ -838,6 +875,10 @@ class Execute(NbGraderExecute):
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
         content = msg.get("content", {})
+        digests = re.findall(rf"{kernel.DIGEST} [0-9a-f]{{64}}", str(content.get("text", "")))  # (a stream's)
+        if digests and self._call_timeout and sum(kernel.DIGEST in o.get("text", "") for o in outs) < 2:
+            content["text"] = "\n".join(digests[:2])  # a call's answer: past the limits, and only that
+            return super().output(outs, msg, display_id, cell_index)
         if msg["msg_type"] == "error":  # always kept (it takes a graded cell's points), within the limit
             _renamed(content)
             content["evalue"] = str(content.get("evalue", ""))[:2000]
@@ -889,19 +930,24 @@ class Execute(NbGraderExecute):
         return {"content": {**self.error_on_timeout, "status": "error", "aiayn_timeout": True}}
 
 
-def read_answer(path: str) -> dict:
-    """The answer file that a kernel wrote, as data: never a link put in its place (nor a pipe: a zip is read from its
-    end), nothing to inflate, no structure over ``MAX_PICKLE`` bytes and no more than ``MAX_ELEMENTS`` items read."""
+def read_answer(path: str, digests: list[str]) -> dict:
+    """The answer file that a kernel wrote, as data, if the call printed one SHA-256 (``digests``), the file's: never a
+    link put in its place (nor a pipe), no file over ``MAX_FILE`` bytes, nothing to inflate, no structure over
+    ``MAX_PICKLE`` bytes and no more than ``MAX_ELEMENTS`` items read."""
     import torch
 
     try:
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as file:
-            with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it
-                assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
-                if sum(e.file_size for e in archive.infolist() if e.filename.endswith(".pkl")) > MAX_PICKLE:
-                    return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {MAX_PICKLE:,} bytes")}
-            file.seek(0)
-            answer = torch.load(file, weights_only=True)
+            file = io.BytesIO(file.read(MAX_FILE + 1))
+        if digests != [hashlib.sha256(file.getvalue()).hexdigest()]:  # (none, several, or not the file's)
+            why = "the answer file is not the one the call wrote (code that ran after the call changed it?)"
+            return {**kernel.NO_ANSWER, "error": ("AnswerChanged", why)}
+        with zipfile.ZipFile(file) as archive:  # stored, as torch.save writes it
+            assert all(entry.compress_type == zipfile.ZIP_STORED for entry in archive.infolist())
+            if sum(e.file_size for e in archive.infolist() if e.filename.endswith(".pkl")) > MAX_PICKLE:
+                return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {MAX_PICKLE:,} bytes")}
+        file.seek(0)
+        answer = torch.load(file, weights_only=True)
         assert set(kernel.NO_ANSWER) <= set(answer) and isinstance(answer["calls"], list)
         if _numbers(answer["value"]) > kernel.MAX_ELEMENTS:
             return {**kernel.NO_ANSWER, "error": ("TooLarge", f"a result of over {kernel.MAX_ELEMENTS:,} items")}

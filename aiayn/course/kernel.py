@@ -15,6 +15,7 @@ import base64
 import contextlib
 import ctypes
 import functools
+import hashlib
 import importlib
 import io
 import os
@@ -30,6 +31,7 @@ import torch
 
 MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all levels, as the grader counts them)
 MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it keeps 4,000,000 of a notebook)
+DIGEST = "aiayn-answer-sha256"  # what precedes the digest of an answer that serve prints
 # threads: the student's that ran beside a call (one started before it, which the call watch does not see)
 NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0)
 THREADS = None  # under the grader: the kernel's own threads as it started
@@ -46,9 +48,16 @@ class _Timeout(BaseException): ...  # not an Exception: a student's `except Exce
 def serve(request: str) -> None:
     """Under the grader: one call of the student's function (in the namespace of the cell that calls this, read from
     its frame: no name a submission can bind is looked up), from a request the grader sent, answered as data in the
-    file the request names (not as output, which a submission can flood)."""
+    file the request names (not as output, which a submission can flood), and the file's SHA-256 printed: the grader
+    takes the answer only if the cell printed one digest, that of the file (code that runs after the call, a hook or a
+    thread, cannot write an answer of its own in its place)."""
     req = torch.load(io.BytesIO(base64.b64decode(request)), weights_only=False)  # the grader's own inputs
-    torch.save(run(req, sys._getframe(1).f_globals), req["answer"])
+    torch.save(run(req, sys._getframe(1).f_globals), buffer := io.BytesIO())
+    with open(req["answer"], "wb") as file:
+        file.write(buffer.getvalue())
+    # past the cap on what the kernel prints (its class's own write, not the capped one load_ipython_extension set)
+    type(sys.stdout).write(sys.stdout, f"\n{DIGEST} {hashlib.sha256(buffer.getvalue()).hexdigest()}\n")
+    sys.stdout.flush()
 
 
 def load_ipython_extension(shell) -> None:
