@@ -745,7 +745,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1031
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1034
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -791,8 +791,9 @@ def test_the_grading_machinery_stays_small():
     # printed by its call and compared (an answer file rewritten after the call: 17 lines), a cell's functions compared
     # with a long reference together (a paste cut into helpers: 9 lines), files written, folders listed, the book's
     # package imported and PyTorch's label smoothing passed by position flagged (15 lines), and the course's code
-    # linted at last (a name in ruff's exclusions had kept it out: 1 line)
-    assert 500 < total <= 1031, f"{total} lines of grading code"
+    # linted at last (a name in ruff's exclusions had kept it out: 1 line); 1031 until a twenty-third trial, whose
+    # routes needed pandas' eval, a resolver of names from strings, flagged (3 lines)
+    assert 500 < total <= 1034, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -2177,6 +2178,11 @@ def test_a_twenty_second_trial_s_routes_earn_nothing_or_are_flagged(tmp_path):
     ):
         assert grader.suspect(code) == ["PyTorch's own label_smoothing"], code
     assert grader.suspect("def f(x, t):\n    return F.cross_entropy(x, t, None, None, 0, None, 'sum')") == []
+    # a twenty-third trial's: pandas' eval resolves names from a string (sys, builtins.setattr, the book's class)
+    pandas_eval = ".eval with arguments (pandas': names resolved from a string)"
+    assert grader.suspect("cls = pd.eval('LabelSmoothing' + 'Loss', engine='python')") == [pandas_eval]
+    assert grader.suspect("ev = pd.eval\nev('t . sys')") == [pandas_eval]
+    assert grader.suspect("model.eval()\nlayer.train()") == []
     found = grader.suspect("from aiayn.model import make_model\nfrom torch import save\nmatplotlib.get_configdir()")
     assert found == [
         ".get_configdir",

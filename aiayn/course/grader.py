@@ -380,6 +380,7 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
     free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    bare = {id(n.func) for n in nodes if isinstance(n, ast.Call) and not n.args and not n.keywords}
     defs = [c for c in nodes if isinstance(c, ast.ClassDef)]  # self and cls are exempt in their methods: inside
     inside = {id(m) for c in defs for f in c.body if isinstance(f, ast.FunctionDef) for m in ast.walk(f)}
     classes = {c.name for c in defs} | {name for name, kind in dict(given).items() if kind}
@@ -412,6 +413,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
             found.append(f"PyTorch's own {named}")
         elif isinstance(n, ast.keyword) and n.arg == "label_smoothing" or getattr(n, "value", 0) == "label_smoothing":
             found.append("PyTorch's own label_smoothing")  # (F.cross_entropy's; by name, or by position below)
+        elif isinstance(n, ast.Attribute) and n.attr == "eval" and id(n) not in bare:  # (model.eval(): no arguments)
+            found.append(".eval with arguments (pandas': names resolved from a string)")
         elif isinstance(n, ast.Call) and (at := SMOOTHING.get(getattr(n.func, "attr", getattr(n.func, "id", "")))):
             starred = any(isinstance(a, ast.Starred) for a in n.args[: at + 1])
             found += ["PyTorch's own label_smoothing"] * (starred or len(n.args) > at)
