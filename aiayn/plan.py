@@ -55,6 +55,7 @@ PUSH = "gpu-push"  # the push stage's: four runs at once, so each trains for abo
 CONFIRM = "gpu-confirm"  # the confirm stage's: the push stage's choice, other seeds, four at once as push ran them
 REPEAT = "gpu-repeat"  # the repeat stage's: the longer stage's choice, three seeds in each direction
 FLOOR = "gpu-floor-repeat"  # the floor stage's: the repeat stage's runs with PyTorch's layers
+FOLDERS = {"recipes": RECIPES, "longer": LONGER, "push": PUSH, "confirm": CONFIRM, "repeat": REPEAT, "floor": FLOOR}
 SEEDS = "gpu-seeds"  # more seeds of the two directions (val and test 2016 only), for the spread between seeds
 # Table 3's rows as the GPU stage trains them (results/variations)
 TABLE3 = [
@@ -144,11 +145,7 @@ PROFILES = {
         },
         # the push stage's choice (wide-p3-16k, on val) as push ran it, four at once for as long: EN→DE seeds 1 and 2
         # (push ran seed 0) and DE→EN seeds 0 and 1, for the mean and spread of what the push stage chose
-        "confirm": {
-            "seeds": [1, 2],
-            "reverse_seeds": [0, 1],
-            "candidates": {"wide-p3-16k": {"set": ["d_model=512", "d_ff=1024", "P_drop=0.3"], "max_tokens": 16384}},
-        },
+        "confirm": {"seeds": [1, 2], "reverse_seeds": [0, 1], "chosen": "wide-p3-16k"},
         # the longer stage's choice (gpu-16k, on val) with as many runs at once: three seeds in each direction, for
         # the mean and spread of the recipe that the longer stage chose
         "repeat": {
@@ -239,7 +236,7 @@ PROFILES = {
             "settings": {**TINY, "max_output": 6},
             "candidates": {"tiny": {}},
         },
-        "confirm": {"seeds": [1], "reverse_seeds": []},  # one run, for the plumbing
+        "confirm": {"seeds": [1], "reverse_seeds": [], "chosen": "tiny"},  # one run, for the plumbing
         "repeat": {
             "parallel": 2,
             "budget": 90,
@@ -279,11 +276,14 @@ PROFILES = {
         ],
     },
 }
-# the push and confirm stages: the longer and push stages but for what the profile changes; the floor stage: the repeat
-# stage's runs, as many at once and for as long, with nn.Transformer's layers
+# the push stage: the longer stage but for what the profile changes; the confirm stage: the push stage with the seeds
+# the profile gives, for the candidate it chose; the floor stage: the repeat stage's runs, as many at once and for as
+# long, with nn.Transformer's layers
 for _profile in PROFILES.values():
     _profile["push"] = {**_profile["longer"], **_profile.get("push", {})}
-    _profile["confirm"] = {**_profile["push"], **_profile.get("confirm", {})}
+    _confirm = {**_profile["push"], **_profile["confirm"]}
+    _chosen = _confirm.pop("chosen")
+    _profile["confirm"] = {**_confirm, "candidates": {_chosen: _profile["push"]["candidates"][_chosen]}}
     _repeat = _profile["repeat"]
     _floor = {name: {**changes, "layers": "torch"} for name, changes in _repeat["candidates"].items()}
     _profile["floor"] = {**_repeat, "candidates": _floor}
@@ -455,12 +455,9 @@ def failed_checks(out: Path, runs) -> dict[str, list[str]]:
 def recipes(profile: dict, out: Path, scratch: Path, stage: str = "recipes") -> dict:
     """Candidate recipes, several seeds each, side by side: EN→DE on val and test 2016, DE→EN with fewer seeds.
     The recipe is the candidate with the best mean val BLEU of EN→DE; test 2016 is reported, never used to choose.
-    Writes `out`/gpu-recipes/ (the longer stage: gpu-longer/, the push stage: gpu-push/, the confirm stage:
-    gpu-confirm/, the repeat stage: gpu-repeat/, the floor stage: gpu-floor-repeat/): a folder of runs per candidate,
-    their logs, and recipes.json."""
-    folder = {"recipes": RECIPES, "longer": LONGER, "push": PUSH, "confirm": CONFIRM, "repeat": REPEAT, "floor": FLOOR}
-    folder = folder[stage]
-    p, out, scratch = profile[stage], out / folder, scratch / folder
+    Writes `out`/FOLDERS[stage]/ (gpu-recipes/ for the recipes stage): a folder of runs per candidate, their logs, and
+    recipes.json."""
+    p, out, scratch = profile[stage], out / FOLDERS[stage], scratch / FOLDERS[stage]
     settings = {"bpe_size": profile["bpe_size"], **p["settings"]}
     corpus.encoded(settings["bpe_size"])
     runs, spec = {}, {}
@@ -636,7 +633,7 @@ def show(profile_name: str) -> str:
         f"then Table 3 rows {' '.join(v['rows'])} ({v['parallel']} at once, budget {v['budget']}) on val; "
         f"then recipe.json, the row with the best val BLEU"
     )
-    for stage, folder in (("recipes", RECIPES), ("longer", LONGER), ("push", PUSH), ("confirm", CONFIRM)):
+    for stage, folder in FOLDERS.items():
         r = profile[stage]
         lines.append(
             f"{stage}: {', '.join(r['candidates'])} on {' '.join(_flags(r['settings']))}, EN→DE seeds "
@@ -729,7 +726,7 @@ def run_stage(stage: str, profile_name: str, out: Path, scratch: Path, recipe: P
     if stage == "search":
         search(profile, out, scratch, started)
         failed = json.loads((out / "variations" / "summary.json").read_text())["failed"]
-    elif stage in ("recipes", "longer", "push", "confirm", "repeat", "floor"):
+    elif stage in FOLDERS:
         failed = [name for name, code in recipes(profile, out, scratch, stage)["codes"].items() if code]
     elif stage == "final":
         failed = [name for name, code in final(profile, out, scratch, recipe).items() if code]

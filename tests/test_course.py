@@ -2167,9 +2167,8 @@ def test_a_twenty_second_trial_s_routes_earn_nothing_or_are_flagged(tmp_path):
     assert "no_pad" in failed("label_smoothing", nan_in_the_padding)
     assert points("subsequent_mask", lambda size: torch.from_numpy(np.tri(size)).bool()) == 0
     assert points("positional", lambda n, d: torch.zeros(n, d)) == 0
-    assert (
-        points("positional", lambda n, d: torch.arange(n * d).reshape(n, d).float()) == 1
-    )  # its shape, positions apart
+    # a table whose positions differ keeps its shape point
+    assert points("positional", lambda n, d: torch.arange(n * d).reshape(n, d).float()) == 1
     for code in (
         "def f(x, t):\n    return F.cross_entropy(x, t, None, None, 0, None, 'sum', 0.1)",
         "def f(x, t):\n    return nn.CrossEntropyLoss(None, None, 0, None, 'sum', 0.1)(x, t)",
@@ -2184,10 +2183,8 @@ def test_a_twenty_second_trial_s_routes_earn_nothing_or_are_flagged(tmp_path):
     assert grader.suspect("ev = pd.eval\nev('t . sys')") == [pandas_eval]
     assert grader.suspect("model.eval()\nlayer.train()") == []
     found = grader.suspect("from aiayn.model import make_model\nfrom torch import save\nmatplotlib.get_configdir()")
-    assert found == [
-        ".get_configdir",
-        "import aiayn.model.make_model (the book's code, in a cell of the student's)",
-    ] + ["import torch.save"]
+    made = "import aiayn.model.make_model (the book's code, in a cell of the student's)"
+    assert found == [".get_configdir", made, "import torch.save"]
     assert "import torch.utils.data.datapipes.iter" in grader.suspect("from torch.utils.data.datapipes.iter import X")
     path = tmp_path / "answer"
     torch.save({**kernel.NO_ANSWER, "value": [1.0, 2.0]}, path)

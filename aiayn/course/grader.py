@@ -62,6 +62,7 @@ WORK = "/submission"  # where a kernel sees the copy of its submission's folder,
 SPARE: list = []  # a kernel started for the next notebook to be graded (its folder goes when the grader ends)
 atexit.register(lambda: subprocess.run(["rm", "-rf", "--", *[km.sandbox_dir for km in SPARE]], **QUIET))
 MAX_FILE = 64 << 20  # bytes: a submission holding a larger file is not graded (as large as a kernel may write one)
+DIGESTS = re.compile(rf"{kernel.DIGEST} [0-9a-f]{{64}}")  # the line kernel.serve prints after writing an answer
 
 # ----------------------------------------------------------------------------------------------------------
 # What a submission may hold
@@ -449,17 +450,21 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
 def _imports(n, book=(), allowed=()) -> list[str]:
     """What an import flags: the suspect modules and names, the book's package but what is ``allowed`` (``suspect``)
     and the names flagged as the book's there, private names, libraries outside the allow-list, and ``*``."""
-    names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
-    names += [f"{n.module}.{a.name}" for a in n.names if isinstance(n, ast.ImportFrom)]
+    names = [n.module or ""] * isinstance(n, ast.ImportFrom) + _imported(n)
     bad = [m for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
     found = [f"import {m}" for m in bad + [m for m in names if m.split(".")[-1] in SUSPECT_ATTRIBUTES]]
-    books = [m for m in names[isinstance(n, ast.ImportFrom) :] if m.split(".")[0] == "aiayn" and m not in allowed]
+    books = [m for m in _imported(n) if m.split(".")[0] == "aiayn" and m not in allowed]
     books = [m for m in books if m.split(".")[-1] not in {*book, *allowed} and m[:12] != "aiayn.course"]
     found += [f"import {m} (the book's code, in a cell of the student's)" for m in books[:1]]
     found += [f"import {m} (a private name)" for m in names if "._" in f".{m}" and m[:10] != "__future__"][:1]
     tops = {m.split(".")[0] for m in names} - LIBRARIES - SUSPECT_MODULES - {""}  # (an allow-list)
     found += [f"import {m} (not a library the exercises use)" for m in sorted(tops)]
     return found + ["the book's code, imported with *" for a in n.names if a.name == "*"]
+
+
+def _imported(n) -> list[str]:
+    """What an import names, in full: ``from a.b import c`` names a.b.c, ``import a.b`` a.b."""
+    return [f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name for a in n.names]
 
 
 def _tokens(node) -> list[str]:
@@ -759,8 +764,7 @@ class Execute(NbGraderExecute):
             text = TransformerManager().transform_cell(c.source)  # as the kernel runs it
             for n in (_nodes(text) or [ast.Module([])])[0].body:
                 self._defined |= {n.name: text} if isinstance(n, DEFINITIONS) else {}
-                imports = [f"{getattr(n, 'module', '')}.{a.name}".lstrip(".") for a in getattr(n, "names", [])]
-                allowed |= set(imports) if isinstance(n, IMPORTS) else set()  # (what a student's cell may import too)
+                allowed |= set(_imported(n)) if isinstance(n, IMPORTS) else set()  # (a student's cell may too)
                 # what a book's cell builds with the book's code is the book's too: layer = PositionalEncoding(...), a
                 # dict or a list of such, a function that calls it
                 uses = {m.id for m in ast.walk(getattr(n, "value", n)) if isinstance(m, ast.Name)}
@@ -865,8 +869,7 @@ class Execute(NbGraderExecute):
         try:
             if any(o.get("ename") in ("CellTimeoutError", "KeyboardInterrupt") for o in probe.outputs):
                 return {**kernel.NO_ANSWER, "timeout": True}
-            printed = "".join(o.get("text", "") for o in probe.outputs if o.get("name") == "stdout")
-            return read_answer(path, re.findall(rf"{kernel.DIGEST} ([0-9a-f]{{64}})", printed))
+            return read_answer(path, [d[-64:] for o in probe.outputs for d in DIGESTS.findall(o.get("text", ""))])
         finally:
             Path(path).unlink(missing_ok=True)
 
@@ -878,7 +881,7 @@ class Execute(NbGraderExecute):
     def output(self, outs, msg, display_id, cell_index):
         """Keep a cell's output within ``cell_output`` characters and a notebook's within ``notebook_output``."""
         content = msg.get("content", {})
-        digests = re.findall(rf"{kernel.DIGEST} [0-9a-f]{{64}}", str(content.get("text", "")))  # (a stream's)
+        digests = DIGESTS.findall(str(content.get("text", "")))  # (a stream's)
         if digests and self._call_timeout and sum(kernel.DIGEST in o.get("text", "") for o in outs) < 2:
             content["text"] = "\n".join(digests[:2])  # a call's answer: past the limits, and only that
             return super().output(outs, msg, display_id, cell_index)
