@@ -450,7 +450,7 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
 def _imports(n, book=(), allowed=()) -> list[str]:
     """What an import flags: the suspect modules and names, the book's package but what is ``allowed`` (``suspect``)
     and the names flagged as the book's there, private names, libraries outside the allow-list, and ``*``."""
-    names = [n.module or ""] * isinstance(n, ast.ImportFrom) + _imported(n)
+    names = ([n.module or ""] if isinstance(n, ast.ImportFrom) else []) + _imported(n)
     bad = [m for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
     found = [f"import {m}" for m in bad + [m for m in names if m.split(".")[-1] in SUSPECT_ATTRIBUTES]]
     books = [m for m in _imported(n) if m.split(".")[0] == "aiayn" and m not in allowed]
