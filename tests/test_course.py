@@ -745,7 +745,7 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1034
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1037
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -792,8 +792,9 @@ def test_the_grading_machinery_stays_small():
     # with a long reference together (a paste cut into helpers: 9 lines), files written, folders listed, the book's
     # package imported and PyTorch's label smoothing passed by position flagged (15 lines), and the course's code
     # linted at last (a name in ruff's exclusions had kept it out: 1 line); 1031 until a twenty-third trial, whose
-    # routes needed pandas' eval, a resolver of names from strings, flagged (3 lines)
-    assert 500 < total <= 1034, f"{total} lines of grading code"
+    # routes needed pandas' eval, a resolver of names from strings, flagged (3 lines); 1034 until that trial's solution
+    # padded with statements between its lines needed one function's share of a long reference in runs (3 lines)
+    assert 500 < total <= 1037, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):
@@ -2205,6 +2206,17 @@ def test_a_twenty_second_trial_s_routes_earn_nothing_or_are_flagged(tmp_path):
     solution = next(iter(_answers(course.COURSE / "label_smoothing.ipynb").values()))
     refs = grader.references([ASSIGNMENTS["label_smoothing"]], [solution])
     assert any("together hold" in x and "the book's solution" in x for x in grader.near_copies(split, refs))
+    padded = (  # a twenty-third trial's: the solution, a statement put between every two of its lines
+        "def my_label_smoothing(logits, target, eps_ls, pad_id):\n    V = logits.size(-1)\n    _a = 0\n"
+        "    q = torch.full_like(logits, eps_ls / (V - 1))\n    _b = _a + 1\n    q[..., pad_id] = 0.0\n"
+        "    _c = _b * 2\n    q.scatter_add_(-1, target[..., None], torch.full_like(logits[..., :1], 1.0 - eps_ls))\n"
+        "    _d = [_a, _b, _c]\n"
+        "    lp = logits.log_softmax(-1)\n    _e = len(_d)\n    loss = -(q * lp).sum(-1)\n    _f = _e - 3\n"
+        "    out = loss.masked_fill(target == pad_id, 0.0)\n    _g = _f + _a\n    return out.sum() + _g"
+    )
+    held = [x for x in grader.near_copies(padded, refs) if x.startswith("its function holds")]
+    assert len(held) == 1 and "of the tokens of the book's solution (my_label_smoothing)" in held[0]
+    assert not any(x.startswith("its function") for x in grader.near_copies(solution, refs))  # (it resembles it)
     own = (  # an honest answer in two functions
         "def smoothed_targets(logits, target, eps_ls, pad_id):\n"
         "    rows = logits.new_full(logits.shape, eps_ls / (logits.shape[-1] - 1))\n    rows[..., pad_id] = 0\n"

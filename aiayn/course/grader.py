@@ -254,9 +254,11 @@ NEAR_SOLUTION = (0.97, 0.90)  # the same for the solution, under 2 SHORT tokens 
 # a function whose tokens lie this much in runs this long from one of the book's functions is a paste with parts cut
 # away (a multi-head forward without its cache branch held 84%; the honest answers of two trial classes at most 52%)
 HELD = (0.75, 15)
-# the share of a long reference's tokens (past 2 SHORT) in such runs, across the functions of one cell: a paste cut into
-# helpers (the book's solutions so cut held 86-97%; honest cells of two functions or more of four trial classes, 68%)
-SPLIT = 0.8
+# the share of a long reference's tokens (past 2 SHORT) in such runs, in a cell's one function and across its functions:
+# a paste with statements put between its lines (94%; the honest answers of five trial classes at most 88%, where the
+# exercise dictates nearly every line), and one cut into helpers (86-97%; honest cells of two functions or more, 68%)
+SPLIT = (0.9, 0.8)
+SPLITS = ("its function holds", "its functions together hold")
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 30_000  # a cell longer than this is not parsed by the flags (and is flagged for that): their time
 FLAG_SECONDS = 30.0  # the flags' time for one notebook; the cells they did not reach are flagged
@@ -493,13 +495,14 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
     functions of ``source`` together hold most of (a paste cut into helpers); compared until ``deadline``."""
     found, refs, late, split = {}, {name: _tokens(ref) for name, ref in references.items()}, [], []
     nodes = [n for n in _nodes(source, magics=True) if isinstance(n, DEFINITIONS)]
-    whole = [re.sub(r"^v\d+$", "v", t) for n in nodes if len(nodes) > 1 for t in _tokens(n)]  # (local names alike)
+    whole = [re.sub(r"^v\d+$", "v", t) for n in nodes for t in _tokens(n)]  # (local names alike)
+    least = SPLIT[len(nodes) > 1]
     for name, b in [(name, b) for name, b in refs.items() if whole and len(b) > 2 * SHORT]:
         b = [re.sub(r"^v\d+$", "v", t) for t in b]
         match = difflib.SequenceMatcher(None, whole, b, autojunk=False)
-        if time.monotonic() < deadline and match.quick_ratio() * (len(whole) + len(b)) >= 2 * SPLIT * len(b):
-            if (held := sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(b)) >= SPLIT:
-                split.append(f"its functions together hold {held:.0%} of the tokens of {name}")
+        if time.monotonic() < deadline and match.quick_ratio() * (len(whole) + len(b)) >= 2 * least * len(b):
+            if (held := sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(b)) >= least:
+                split.append((name, f"{SPLITS[len(nodes) > 1]} {held:.0%} of the tokens of {name}"))
     for node in nodes:
         if late := [LATE] * (time.monotonic() > deadline):
             break
@@ -515,6 +518,7 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
             elif book and len(a) > SHORT and match.quick_ratio() * (len(a) + len(b)) >= 2 * HELD[0] * len(a):
                 held = sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(a)
                 found[f"holds runs of {name}"] = max(found.get(f"holds runs of {name}", 0), held)
+    split = [line for name, line in split if f"resembles {name}" not in found]  # (a paste found whole, named once)
     return [f"{what} ({share:.0%} of its tokens)" for what, share in found.items() if share >= HELD[0]] + split + late
 
 
