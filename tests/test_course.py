@@ -744,8 +744,49 @@ def test_a_profiler_of_the_student_s_own_switches_the_watch_off_and_earns_nothin
     assert "raised KeyboardInterrupt" in " ".join(failed("schedule", interrupts).values())
 
 
+def test_a_twenty_fourth_trial_s_routes_are_caught_or_flagged(monkeypatch):
+    """A twenty-fourth trial's: code hidden in the strings that pandas' DataFrame.query reads (``@name``, a caller's
+    name: not Python), a trace function that runs the book's code where the call watch's profiler does not, and a copy
+    of a reference's code under another name."""
+    import threading
+    import types
+
+    from aiayn.attention import attention
+    from aiayn.course import grader, kernel
+
+    hidden = 'table.query("@torch.sys.settrace(@tracer) == 0", engine="python", level=1)'
+    found = grader.suspect(hidden)
+    assert ".query with arguments (pandas': names resolved from a string)" in found
+    assert {".settrace (in a string of code)", ".sys (in a string of code)"} <= set(found)
+    assert "the book's greedy_decode (in a string of code)" in grader.suspect(
+        'quietly("@box.update(f=@greedy_decode) == 0")', book={"greedy_decode"}
+    )
+    assert grader.suspect("ask = getattr(table, 'query')") == [".query"]
+    assert grader.suspect("from pandas import eval as ev") == ["import pandas.eval"]
+    assert grader.suspect("m = a @ b\nprint('x = (a @ b)')") == []  # (a matrix product is not pandas')
+    # a copy of the reference's code, renamed, does what the reference does: a call of it
+    copy = types.FunctionType(attention.__code__.replace(co_name="mine"), attention.__globals__)
+    q = torch.randn(1, 1, 2, 4)
+    watch = kernel.Watch(["aiayn.attention.attention"], {})
+    watch(lambda: copy(q, q, q, None, 0.0))
+    assert watch.hits == ["aiayn.attention.attention"]
+    # a trace function: not set while a call is watched (the audit hook's rule), nor kept from before it
+    watch = kernel.Watch([], {})
+    with pytest.raises(PermissionError):
+        watch(kernel._audit, "sys.settrace", (None,))
+    monkeypatch.setattr(kernel, "THREADS", frozenset(sys._current_frames()))  # as under the grader
+    tracer, seen = (lambda frame, event, arg: None), []
+    request = {"names": ["f"], "args": [], "kwargs": {}, "references": [], "seconds": 5}
+    sys.settrace(tracer), threading.settrace(tracer)
+    try:
+        kernel.run(request, {"f": lambda: seen.append((sys.gettrace(), threading.gettrace()))})
+    finally:
+        sys.settrace(None), threading.settrace(None)
+    assert seen == [(None, None)]
+
+
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1037
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1048
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -793,8 +834,11 @@ def test_the_grading_machinery_stays_small():
     # package imported and PyTorch's label smoothing passed by position flagged (15 lines), and the course's code
     # linted at last (a name in ruff's exclusions had kept it out: 1 line); 1031 until a twenty-third trial, whose
     # routes needed pandas' eval, a resolver of names from strings, flagged (3 lines); 1034 until that trial's solution
-    # padded with statements between its lines needed one function's share of a long reference in runs (3 lines)
-    assert 500 < total <= 1037, f"{total} lines of grading code"
+    # padded with statements between its lines needed one function's share of a long reference in runs (3 lines); 1037
+    # until a twenty-fourth trial, whose routes needed pandas' query flagged and the strings it reads read (2 lines), a
+    # trace function refused during a call and cleared before it (3 lines), and a code object matched by what it does
+    # as well as by its identity (a renamed copy of a reference's code: 6 lines)
+    assert 500 < total <= 1048, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):

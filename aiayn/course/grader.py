@@ -210,6 +210,7 @@ SUSPECT_ATTRIBUTES |= {"jit", "load", "loads", "loadtxt", "fromfile", "from_file
 SUSPECT_ATTRIBUTES |= {"genfromtxt", "fromregex", "memmap", "dircmp", "read_csv", "read_json", "read_pickle"}
 SUSPECT_ATTRIBUTES |= {"read_table", "read_fwf", "read_excel", "read_parquet", "read_feather", "smart_open"}
 SMOOTHING = {"cross_entropy": 7, "CrossEntropyLoss": 5}  # the position of their label_smoothing argument
+RESOLVING = {"eval", "query"}  # methods that resolve names from a string given to them (pandas', its DataFrame's)
 PYTORCHS = {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward", "MultiheadAttention"}
 PYTORCHS |= {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder"}
 PYTORCHS |= {"lr_scheduler", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "LinearLR", "LambdaLR"}
@@ -232,6 +233,7 @@ SUSPECT_ATTRIBUTES |= {"frombuffer", "fromhex", "from_bytes", "unhexlify", "b64d
 # files written, and folders found and listed (an answer file rewritten after its call)
 SUSPECT_ATTRIBUTES |= {"save", "savez", "savez_compressed", "savetxt", "tofile", "write_bytes", "write_text", "dump"}
 SUSPECT_ATTRIBUTES |= {"to_pickle", "get_configdir", "get_cachedir", "get_data_path", "listdir", "scandir", "iterdir"}
+READS = SUSPECT_ATTRIBUTES | RESOLVING  # what a getattr and an import may not name
 OPTIONS = ExecutionMagics(shell=None)  # reads a magic's options as IPython does
 TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_non_opts": True}  # as %timeit reads
 # a magic, shell, autocall or help line, and a magic's or shell's output assigned (x = !ls, x, y = %sx ls)
@@ -304,6 +306,11 @@ def _named(text: str) -> bool:
     parts = text.split(".") if DOTTED.fullmatch(text) or text in SUSPECT_CALLS - {"open"} | AS_STRINGS else []
     pieces = text.startswith("__") or text.endswith("__") or re.search(r"__\w+__|aiayn\.course", text)
     return pieces or any(x in SUSPECT_CALLS | SUSPECT_MODULES or x.startswith("_") for x in parts)
+
+
+def _code_in(text: str) -> str | None:
+    """The code that a string holds, as Python reads it or as pandas' query and eval do (``@name``: a caller's)."""
+    return next((code for code in (text, text.replace("@", "")) if re.search(r"[(=]", code) and _nodes(code)), None)
 
 
 def _written_out(node) -> bool:
@@ -402,7 +409,7 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
             name = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else None
             if not isinstance(name, str):
                 found.append("getattr with a computed name")
-            elif name in SUSPECT_ATTRIBUTES | book or name.startswith("_") or getattr(n.args[0], "id", 0) in classes:
+            elif name in READS | book or name.startswith("_") or getattr(n.args[0], "id", 0) in classes:
                 found.append(f".{name}")
         elif isinstance(n, ast.Attribute) and getattr(n.value, "id", None) in classes:  # (a method's self: any object)
             found.append(f"{n.value.id}.{n.attr} (an attribute taken from the class, not from an object of it)")
@@ -416,8 +423,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
             found.append(f"PyTorch's own {named}")
         elif isinstance(n, ast.keyword) and n.arg == "label_smoothing" or getattr(n, "value", 0) == "label_smoothing":
             found.append("PyTorch's own label_smoothing")  # (F.cross_entropy's; by name, or by position below)
-        elif isinstance(n, ast.Attribute) and n.attr == "eval" and id(n) not in bare:  # (model.eval(): no arguments)
-            found.append(".eval with arguments (pandas': names resolved from a string)")
+        elif isinstance(n, ast.Attribute) and n.attr in RESOLVING and id(n) not in bare:  # (model.eval(): no arguments)
+            found.append(f".{n.attr} with arguments (pandas': names resolved from a string)")
         elif isinstance(n, ast.Call) and (at := SMOOTHING.get(getattr(n.func, "attr", getattr(n.func, "id", "")))):
             starred = any(isinstance(a, ast.Starred) for a in n.args[: at + 1])
             found += ["PyTorch's own label_smoothing"] * (starred or len(n.args) > at)
@@ -427,10 +434,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
             found.append("a number written as a string")
         elif isinstance(n, ast.Constant) and isinstance(n.value, bytes) and len(n.value) > 2:
             found.append("data written as bytes")
-        elif (
-            isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"[(=]", n.value) and _nodes(n.value)
-        ):
-            found += [f"{x} (in a string of code)" for x in suspect(n.value, modules, book, built, given, allowed)]
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (code := _code_in(n.value)):
+            found += [f"{x} (in a string of code)" for x in suspect(code, modules, book, built, given, allowed)]
         elif isinstance(n, (ast.Return, ast.Assign)) and n.value is not None and _written_out(n):
             found.append(f"an answer written out ({ast.unparse(n)[:40]})")
         elif isinstance(n, IMPORTS):
@@ -454,7 +459,7 @@ def _imports(n, book=(), allowed=()) -> list[str]:
     and the names flagged as the book's there, private names, libraries outside the allow-list, and ``*``."""
     names = ([n.module or ""] if isinstance(n, ast.ImportFrom) else []) + _imported(n)
     bad = [m for m in names if m.split(".")[0] in SUSPECT_MODULES or m.startswith(PACKAGES)]
-    found = [f"import {m}" for m in bad + [m for m in names if m.split(".")[-1] in SUSPECT_ATTRIBUTES]]
+    found = [f"import {m}" for m in bad + [m for m in names if m.split(".")[-1] in READS]]
     books = [m for m in _imported(n) if m.split(".")[0] == "aiayn" and m not in allowed]
     books = [m for m in books if m.split(".")[-1] not in {*book, *allowed} and m[:12] != "aiayn.course"]
     found += [f"import {m} (the book's code, in a cell of the student's)" for m in books[:1]]

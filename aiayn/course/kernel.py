@@ -110,12 +110,14 @@ def _audit(event: str, args, _frame=sys._getframe, _profile=sys.getprofile, _fil
     change to its function's code. (Its helpers are bound as the kernel starts, before any code of the submission.)"""
     if event == "cpython.PyInterpreterState_New":
         raise PermissionError("a subinterpreter cannot start under the grader")
-    if event not in ("sys.setprofile", "object.__setattr__") or type(watch := _profile()) is not _fn:
+    if event not in ("sys.setprofile", "sys.settrace", "object.__setattr__") or type(watch := _profile()) is not _fn:
         return
     if (watch.__code__.co_filename, watch.__code__.co_name) == (_file, "profile"):  # a call watch's
         caller = _frame(1)  # (the watch's own __call__ ends the watch it set)
         own = caller.f_code.co_filename == _file and caller.f_locals.get("profile") is watch
-        if event == "sys.setprofile" and not own or event == "object.__setattr__" and args[0] is watch:
+        # (a trace function's calls are not profiled: CPython runs it with tracing, and profiling, off)
+        refused = event == "sys.settrace" or event == "sys.setprofile" and not own
+        if refused or event == "object.__setattr__" and args[0] is watch:
             raise PermissionError("the grader's call watch cannot be switched off while it watches a call")
 
 
@@ -136,6 +138,8 @@ def run(req: dict, namespace: dict) -> dict:
     theirs = {getattr(getattr(sys.modules.get(m), a, None), b, None) for m, a, b in LIBRARY_THREADS} - {None}
     others = lambda: {i for i in sys._current_frames() if threading._active.get(i) not in theirs}  # noqa: E731
     mine, beside = others() - {threading.get_ident()}, set()
+    if own:  # under the grader: no trace function of the student's (set before the call, it would run unwatched)
+        sys.settrace(None), threading.settrace(None)
     start = time.perf_counter()
     try:
         made = init is not None and (isinstance(f, type) or req.get("made"))  # made with `init`, then called
@@ -230,7 +234,7 @@ class Watch:
         of that name is the chapter's definition only if its compiled code is that cell's (not a student's own). In a
         student's own run, where the notebook's cells are not told apart, the namespace's object of that name is
         taken as the chapter's."""
-        self.codes, self.operators, self.hits = {}, {}, []
+        self.codes, self.keys, self.seen, self.operators, self.hits = {}, {}, {}, {}, []
         for path in references:
             qualname, obj = reference_source(path)
             first, *rest = qualname.split(".")  # the namespace's object of that name
@@ -240,6 +244,7 @@ class Watch:
                 mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
             self.codes |= {id(c): path for c in found}
+            self.keys |= {_key(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
                 self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
 
@@ -252,8 +257,15 @@ class Watch:
 
     def __call__(self, f, *args, _seconds: float = 0, **kwargs):
         def profile(frame, event, arg):
-            if event == "call" and id(frame.f_code) in self.codes:
-                self.hits.append(self.codes[id(frame.f_code)])
+            if event != "call":
+                return
+            # each code object read once (and held: its id is no other's), by identity, or by what it does: a copy of a
+            # reference's code under another name (code.replace(co_name=...)) does the same
+            if (known := self.seen.get(id(frame.f_code))) is None:
+                code = frame.f_code
+                known = self.seen[id(code)] = (code, self.codes.get(id(code)) or self.keys.get(_key(code)))
+            if known[1]:
+                self.hits.append(known[1])
 
         timer, recorded = _seconds > 0 and threading.current_thread() is threading.main_thread(), None
         try:
