@@ -1986,7 +1986,8 @@ def _parameter_count(c, biases=True, norms=True, tied=True) -> int:
     "and sinusoidal positions",
     ["aiayn.model.parameter_count", "aiayn.model.count_parameters", "aiayn.model.make_model", "aiayn.model.Transformer"]
     + ["aiayn.model.Encoder", "aiayn.model.Decoder", "aiayn.model.EncoderLayer", "aiayn.model.DecoderLayer"]
-    + ["torch.nn.Transformer"],
+    + ["aiayn.multi_head.MultiHeadAttention", "aiayn.feed_forward.PositionwiseFeedForward"]  # (a layer's parts)
+    + ["torch.nn.Transformer", "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"],
 )
 def _parameter_count_checks():
     rng = _rng("parameter_count")  # a vocabulary, and one configuration in each check, drawn anew for each grading

@@ -222,7 +222,8 @@ REACH |= {"yaml", "dill", "jsonpickle", "cloudpickle"}  # which build any object
 SUSPECT_MODULES |= REACH
 RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve_name", "attrgetter", "methodcaller"}
 # string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
-RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints"}
+RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints", "ForwardRef"}
+RESOLVERS |= {"singledispatch", "singledispatchmethod"}  # (which evaluate annotations: code in a string, typing's)
 SUSPECT_ATTRIBUTES |= REACH | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
 SUSPECT_ATTRIBUTES |= {"pub_thread", "io_loop", "add_callback"}  # the kernel's own threads, which run what they get
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS
@@ -240,6 +241,7 @@ TIMEIT = {"opt_str": "n:r:tcp:qo", "posix": False, "strict": False, "preserve_no
 MAGIC = re.compile(r"^[ \t]*(?:[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*)?(%%?\w+|!|[/,;])|\?[ \t]*$", flags=re.M)
 SAFE_MAGICS = {"%time", "%%time", "%timeit", "%%timeit", "%matplotlib", "%%capture"}  # others run other code
 QUIET_MAGICS = SAFE_MAGICS | {"%pinfo", "%pinfo2", "%psearch"}  # and help lines (x?), which only show help
+HISTORY = re.compile(r"In|Out|_i+|_i\d+|_\d+|_[iod]h")  # IPython's record of the cells run (the book's) and outputs
 MODULES = {"torch", "nn", "F", "np", "numpy", "math", "aiayn"}  # modules a cell may change without importing them
 # what an exercise's answer may import unflagged (an allow-list: a library outside it may resolve names from strings,
 # jinja2's Environment.getattr, say); the flagged ones above are flagged within it too
@@ -387,7 +389,8 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
     found, nodes = ["a shell command"] * ("!" in MAGIC.findall(source)), _nodes(source, magics=True)  # magics: below
     # a module's name that the cell neither imports (flagged as such) nor binds: the book's cells' (sys, os, ...)
     stored = [n for n in nodes if type(getattr(n, "ctx", n)) in (ast.Store, ast.arg, ast.alias)]  # names it binds
-    free = SUSPECT_CALLS | SUSPECT_MODULES - {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
+    bound = {v for n in stored for v in map(vars(n).get, ("id", "arg", "name"))}
+    free = SUSPECT_CALLS | SUSPECT_MODULES - bound
     book = set(book) | {a.asname for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names if a.name in book}
     book, called = book - {None}, {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     bare = {id(n.func) for n in nodes if isinstance(n, ast.Call) and not n.args and not n.keywords}
@@ -396,12 +399,13 @@ def suspect(source: str, modules=(), book=(), built=(), given=(), allowed=()) ->
     classes = {c.name for c in defs} | {name for name, kind in dict(given).items() if kind}
     theirs = _students(nodes, stored, given)
     for n in nodes:
-        if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))):
+        history = isinstance(n, ast.Name) and HISTORY.fullmatch(n.id) and n.id not in bound  # (not the student's)
+        if isinstance(n, ast.Name) and (n.id in free or n.id.startswith(("__", "%"))) or history:
             found.append(f"the magic {n.id}" if n.id[0] == "%" else n.id)
         elif isinstance(n, (*DEFINITIONS, ast.alias)) and (x := getattr(n, "asname", n.name)) in SUSPECT_CALLS:
             found.append(f"a definition of {x}")  # (def globals(), def __import__: builtins a namespace can shadow)
         elif isinstance(n, ast.MatchClass):  # case object(__code__=c): attributes read by a pattern
-            read = [a for a in n.kwd_attrs if a in book | SUSPECT_ATTRIBUTES or a.startswith("_")]
+            read = [a for a in n.kwd_attrs if a in book | SUSPECT_ATTRIBUTES | PYTORCHS or a.startswith("_")]
             found += [f"the book's {a}" if a in book else f".{a}" for a in read]
         elif isinstance(n, ast.Name) and n.id == "getattr" and id(n) not in called:  # (fetch = getattr; fetch(x, name))
             found.append("getattr handed on")
