@@ -225,9 +225,9 @@ def _compiled(code) -> list:
 class Watch:
     """``watch(f, *args)`` runs the student's ``f`` with a time limit and records each call of a reference, in every
     thread the call starts: the book's function or class, or the chapter's own definition of it earlier in the
-    notebook, by the identity of its code; a reference written in C (torch's fused kernels) by the operator it runs,
-    whatever the route (``torch.ops.aten``, a thread). A pasted copy is not a call: the grader flags it from the
-    submission's source (``grader.near_copies``)."""
+    notebook, by its code: the same object, or code that does the same (its compiled code renamed); a reference written
+    in C (torch's fused kernels) by the operator it runs, whatever the route (``torch.ops.aten``, a thread). A pasted
+    copy of the source is not a call: the grader flags it from the submission's source (``grader.near_copies``)."""
 
     def __init__(self, references: list[str], namespace: dict, defined: dict | None = None):
         """``defined``: under the grader, the source of the book's cell that defines each name; the namespace's object
