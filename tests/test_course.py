@@ -822,7 +822,7 @@ def _count_with_the_book_s_layers(c):
 
 
 def test_the_grading_machinery_stays_small():
-    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1052
+    """The grader, the kernel's side of a call, the course's nbgrader configuration and its command line: at most 1051
     lines of code (not counting blank lines, comments and docstrings) beside the checks."""
     import ast
     import io
@@ -875,8 +875,9 @@ def test_the_grading_machinery_stays_small():
     # trace function refused during a call and cleared before it (3 lines), and a code object matched by what it does
     # as well as by its identity (a renamed copy of a reference's code: 6 lines); 1048 until a twenty-fifth trial, whose
     # routes needed IPython's history of the cells read, functools' singledispatch (which evaluates annotations) and
-    # PyTorch's layers in a match pattern flagged (4 lines)
-    assert 500 < total <= 1052, f"{total} lines of grading code"
+    # PyTorch's layers in a match pattern flagged (4 lines); 1052 until a review dropped the call watch's table of code
+    # by identity, which its table by what the code does already holds (1 line less)
+    assert 500 < total <= 1051, f"{total} lines of grading code"
 
 
 def test_odd_files_are_named_and_nothing_is_followed(tmp_path):

@@ -234,7 +234,7 @@ class Watch:
         of that name is the chapter's definition only if its compiled code is that cell's (not a student's own). In a
         student's own run, where the notebook's cells are not told apart, the namespace's object of that name is
         taken as the chapter's."""
-        self.codes, self.keys, self.seen, self.operators, self.hits = {}, {}, {}, {}, []
+        self.keys, self.seen, self.operators, self.hits = {}, {}, {}, []
         for path in references:
             qualname, obj = reference_source(path)
             first, *rest = qualname.split(".")  # the namespace's object of that name
@@ -243,7 +243,6 @@ class Watch:
                 book = set(map(_key, _compiled(compile(defined.get(first, ""), "<book>", "exec"))))
                 mine = [c for c in mine if _key(c) in book]
             found = _codes(obj) + mine
-            self.codes |= {id(c): path for c in found}
             self.keys |= {_key(c): path for c in found}
             if not found:  # a C function: the aten operator it runs
                 self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
@@ -259,11 +258,11 @@ class Watch:
         def profile(frame, event, arg):
             if event != "call":
                 return
-            # each code object read once (and held: its id is no other's), by identity, or by what it does: a copy of a
-            # reference's code under another name (code.replace(co_name=...)) does the same
+            # each code object read once (and held: its id is no other's), by what it does: the reference's own, or a
+            # copy of it under another name (code.replace(co_name=...)), which does the same
             if (known := self.seen.get(id(frame.f_code))) is None:
                 code = frame.f_code
-                known = self.seen[id(code)] = (code, self.codes.get(id(code)) or self.keys.get(_key(code)))
+                known = self.seen[id(code)] = (code, self.keys.get(_key(code)))
             if known[1]:
                 self.hits.append(known[1])
 
