@@ -585,6 +585,27 @@ def test_the_flags_read_a_costly_cell_within_bounds(monkeypatch):
     assert all(unread & set(c.metadata["aiayn"]["flags"]) for c in nb.cells)
 
 
+def test_a_grader_error_leaves_no_kernel_s_folder(monkeypatch):
+    """An error of the grader's own in the flags ends that notebook's grading (nbgrader reports it and goes on to the
+    next) and removes the folder of the kernel started for it, as grading does however it ends."""
+    from traitlets.config import Config
+
+    from aiayn.course import grader
+
+    ready = grader.SandboxKernelManager()  # the kernel started while the notebook before was graded
+    monkeypatch.setattr(grader, "SPARE", [ready])
+
+    def fails(*args):
+        raise RuntimeError("the grader's own error")
+
+    monkeypatch.setattr(grader.Execute, "_flag", fails)
+    execute = grader.Execute(config=Config({"SandboxKernelManager": {"sandbox": False}}))  # (no kernel to start)
+    assert ready.sandbox_dir.is_dir()
+    with pytest.raises(RuntimeError, match="the grader's own error"):
+        execute.preprocess(nbformat.v4.new_notebook(), {})
+    assert not ready.sandbox_dir.exists()
+
+
 def test_a_folder_nested_thousands_deep_is_measured_and_refused(tmp_path, monkeypatch):
     """The disk watch measures a kernel's folder nested deeper than Python's recursion and kills the kernel past its
     limit (a sixth trial's route past the disk limit); a submission nested so deep is not graded."""

@@ -719,11 +719,11 @@ class Execute(NbGraderExecute):
         if self.config.SandboxKernelManager.get("sandbox", True):  # (a kernel without it starts in its submission)
             SPARE.append(self.kernel_manager_class(kernel_name=self._kernel, config=self.config))
             run_sync(SPARE[0].start_kernel)(extra_arguments=self.extra_arguments)
-        self._flag(nb, resources, ASSIGNMENTS)
         self._skipped, self._deadline, self._folders = {}, time.monotonic() + self.notebook_seconds, self._ready[:]
         while True:
             self._out, self._cell, self._stmt, self._call_timeout = {}, None, None, None
-            try:
+            try:  # (the flags first, once: a grader's error in them leaves no kernel's folder behind)
+                self._flag(nb, resources, ASSIGNMENTS) if not self._skipped else None
                 return super().preprocess(copy.deepcopy(nb), resources, km)
             except (StuckCell, DeadKernelError) as err:
                 if self._cell is None or len(self._skipped) >= self.max_stuck:
