@@ -98,14 +98,14 @@ class Call:
     the inputs as they are after the call)."""
 
     def __init__(self, a: "Assignment", answer: Callable[[dict], dict]):
-        self.a, self.answer, self.calls, self.threads, self.changed = a, answer, [], 0, False
+        self.a, self.answer, self.calls, self.threads, self.changed, self.chapter = a, answer, [], 0, False, set()
 
     def __call__(self, f, *args, _init=None, _made=False, _grad=None, _observe=False, **kwargs):
         request = {"names": self.a.names, "args": list(args), "kwargs": kwargs, "init": _init, "grad": _grad}
         request["made"] = _made
         request |= {"observe": _observe, "references": self.a.references, "seconds": CALL_SECONDS}
         answer = self.answer(request)
-        self.threads = max(self.threads, answer.get("threads", 0))
+        self.threads, self.chapter = max(self.threads, answer.get("threads", 0)), self.chapter | {*answer["chapter"]}
         self.changed |= (answer["error"] or ("",))[0] == "AnswerChanged"  # (the grader's: see grader.read_answer)
         if answer["calls"]:
             self.calls.append(answer["calls"][0])
@@ -164,6 +164,8 @@ def verdict(assignment: str, key: str, answer: Callable[[dict], dict]) -> tuple[
     if call.threads:  # a thread started before the call, which the call watch does not see: what does it run?
         flags.append(f"ran {call.threads} thread(s) of its own while the checks called its function")
     flags += ["an answer not the one its call wrote (changed after the call)"] * call.changed
+    # a function of the chapter's cells that the exercise does not hand over: what of the answer did it compute?
+    flags += [f"calls {', '.join(sorted(call.chapter))} (not one the exercise hands over)"] * bool(call.chapter)
     return c, message[:600], flags
 
 
@@ -1748,7 +1750,10 @@ def _ngrams(tokens, n):
     ["clipped_matches"],
     "clipped_matches(hyp, ref, n) -> (clipped n-gram matches, n-grams of hyp), token lists",
     ["aiayn.bleu.ngram_stats", "aiayn.bleu.ngrams", "sacrebleu.metrics.bleu.BLEU"]
-    + ["sacrebleu.metrics.helpers.extract_all_word_ngrams", "sacrebleu.metrics.helpers.extract_word_ngrams"],
+    + ["sacrebleu.metrics.helpers.extract_all_word_ngrams", "sacrebleu.metrics.helpers.extract_word_ngrams"]
+    # and its character n-grams (chrF's), one character per token
+    + ["sacrebleu.metrics.helpers.extract_all_char_ngrams", "sacrebleu.metrics.helpers.extract_char_ngrams"]
+    + ["sacrebleu.metrics.chrf.CHRF"],
 )
 def _clipped_checks():
     def agrees(f, call):

@@ -262,6 +262,10 @@ HELD = (0.75, 15)
 # a paste with statements put between its lines (94%; the honest answers of five trial classes at most 88%, where the
 # exercise dictates nearly every line), and one cut into helpers (86-97%; honest cells of two functions or more, 68%)
 SPLIT = (0.9, 0.8)
+# the share above which a function is a copy of the book's with its local names taken alike (v0, v1, ... all one): a
+# copy nested in another function, where a parameter became the enclosing function's name, numbers them otherwise (a
+# nested copy of padded_tokens: 60% of its tokens as numbered, 99% alike; honest answers of eight trial classes, 84%)
+ALIKE = 0.95
 SPLITS = ("its function holds", "its functions together hold")
 SHORT = 260  # tokens: a function this short (a few lines: the book's ngrams) is not compared; right answers converge
 FLAG_CHARS = 30_000  # a cell longer than this is not parsed by the flags (and is flagged for that): their time
@@ -522,13 +526,21 @@ def near_copies(source: str, references: dict[str, object], deadline: float = fl
             match = difflib.SequenceMatcher(None, a, b, autojunk=False)
             # long enough, and alike enough in length and tokens to reach the share (bounds of ratio(), which is costly)
             near = min(len(a), len(b)) > SHORT and match.real_quick_ratio() >= least and match.quick_ratio() >= least
-            if near and (share := match.ratio()) >= least:
+            if near and (share := match.ratio()) >= least or book and (share := _alike(a, b)) >= ALIKE:
                 found[f"resembles {name}"] = max(found.get(f"resembles {name}", 0), share)
             elif book and len(a) > SHORT and match.quick_ratio() * (len(a) + len(b)) >= 2 * HELD[0] * len(a):
                 held = sum(m.size for m in match.get_matching_blocks() if m.size >= HELD[1]) / len(a)
                 found[f"holds runs of {name}"] = max(found.get(f"holds runs of {name}", 0), held)
     split = [line for name, line in split if f"resembles {name}" not in found]  # (a paste found whole, named once)
     return [f"{what} ({share:.0%} of its tokens)" for what, share in found.items() if share >= HELD[0]] + split + late
+
+
+def _alike(a: list[str], b: list[str]) -> float:
+    """The share of tokens two long functions have in common with their local names alike (0 where under ``ALIKE``)."""
+    if min(len(a), len(b)) <= SHORT:
+        return 0.0
+    match = difflib.SequenceMatcher(None, *[[re.sub(r"^v\d+$", "v", t) for t in x] for x in (a, b)], autojunk=False)
+    return match.ratio() if match.real_quick_ratio() >= ALIKE and match.quick_ratio() >= ALIKE else 0.0
 
 
 def references(assignments, solutions: list[str]) -> dict[str, object]:
@@ -782,6 +794,7 @@ class Execute(NbGraderExecute):
                 # dict or a list of such, a function that calls it
                 uses = {m.id for m in ast.walk(getattr(n, "value", n)) if isinstance(m, ast.Name)}
                 built |= set(_binds(n)) if uses & (book | built) else set()
+        self._chapter, self._watched = sorted(set(self._defined) - book - allowed), {}  # its other definitions
         for cell in mine:
             if time.monotonic() > deadline:  # (a cell longer than FLAG_CHARS is code the flags cannot read)
                 cell.metadata.setdefault("aiayn", {})["flags"] = [LATE]
@@ -866,7 +879,10 @@ class Execute(NbGraderExecute):
         import torch
 
         path = str(self.km.sandbox_dir / f"answer-{secrets.token_hex(16)}")
-        request |= {"answer": path, "defined": self._defined}  # (the chapter's definitions, for the call watch)
+        # what the call watch looks for, found here: not from the kernel's modules, which the student's code can change
+        if (refs := tuple(request["references"])) not in self._watched:  # (once per notebook and assignment)
+            self._watched[refs] = kernel.watched(list(refs), defined=self._defined, chapter=self._chapter)
+        request |= {"answer": path, "watched": self._watched[refs]}
         torch.save(request, buffer := io.BytesIO())
         data = base64.b64encode(buffer.getvalue())
         # a fresh copy of the module that answers, run from its file: not the one a submission may have patched

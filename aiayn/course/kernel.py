@@ -14,9 +14,12 @@ Not about the paper: the exercises live in the chapters (book/) and course/.
 import base64
 import contextlib
 import ctypes
+import decimal
+import fractions
 import functools
 import hashlib
 import importlib
+import inspect
 import io
 import os
 import pkgutil
@@ -33,12 +36,14 @@ MAX_ELEMENTS = 4_000_000  # tensor elements a result may hold (and items at all 
 MAX_OUTPUT = 8_000_000  # characters a kernel may print under the grader (it keeps 4,000,000 of a notebook)
 DIGEST = "aiayn-answer-sha256"  # what precedes the digest of an answer that serve prints
 # threads: the student's that ran beside a call (one started before it, which the call watch does not see)
-NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0)
+# chapter: the functions of the chapter's cells (not the exercise's references) that the call ran, for the report
+NO_ANSWER = dict(value=None, error=None, missing=False, timeout=False, calls=[], seconds=0.0, threads=0, chapter=[])
 THREADS = None  # under the grader: the kernel's own threads as it started
 LIBRARY_THREADS = (("zmq.utils.garbage", "gc", "thread"),)  # which the book's cells start (tqdm's monitor: off)
 SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322, 319), 56), "aarch64": (0xC00000B7, 277, (221, 281, 279), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
+CHAPTER = "the chapter's "  # a call of a function of the chapter's cells that is not a reference: flagged
 WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
 
 
@@ -132,7 +137,7 @@ def run(req: dict, namespace: dict) -> dict:
         args[req["grad"]].requires_grad_(True)
     if any(isinstance(a, torch.optim.Optimizer) for a in args):
         importlib.import_module("torch._dynamo")  # an optimizer's first step imports it: not the student's time
-    watch = Watch(req["references"], namespace, req.get("defined"))
+    watch = Watch(req["references"], namespace, known=req.get("watched"))
     own = getattr(sys.modules.get("aiayn.course.kernel"), "THREADS", None)  # (the module the kernel started with)
     # the libraries' own threads (module, object, its thread): pyzmq's collector of large outputs sent
     theirs = {getattr(getattr(sys.modules.get(m), a, None), b, None) for m, a, b in LIBRARY_THREADS} - {None}
@@ -155,15 +160,17 @@ def run(req: dict, namespace: dict) -> dict:
         answer["timeout" if late else "error"] = True if late else ("KeyboardInterrupt", "raised by your code")
     except BaseException as err:  # the student's code raising (or exiting)
         answer["error"] = (type(err).__name__, (str(err).strip().splitlines() or [""])[0][:400])
-    answer["calls"], answer["seconds"] = watch.hits, time.perf_counter() - start
+    answer["calls"] = [hit for hit in watch.hits if not hit.startswith(CHAPTER)]
+    answer["chapter"], answer["seconds"] = [h for h in watch.hits if h.startswith(CHAPTER)], time.perf_counter() - start
     # the student's threads that ran beside the call: started before it, or by it and still running as it returned
     answer["threads"] = len((mine | beside) - own - {threading.get_ident()}) if own else 0
     return answer
 
 
 def to_data(x, depth: int = 0):
-    """What a result may be, as plain data: tensors (not subclasses), numbers, strings, None, and lists, tuples and
-    dicts of them. The checks' recording inputs (``inputs``) give their observations."""
+    """What a result may be, as plain data: tensors (not subclasses), numbers (a fraction or a decimal as a float),
+    strings, None, and lists, tuples and dicts of them. The checks' recording inputs (``inputs``) give their
+    observations."""
     if depth > 20:
         raise TypeError("your function returned data nested more than 20 levels deep")
     if type(x) is getattr(sys.modules.get("aiayn.course.inputs"), type(x).__name__, None):  # (the checks' own class)
@@ -176,6 +183,8 @@ def to_data(x, depth: int = 0):
         raise TypeError(f"return a torch.Tensor, not a {type(x).__name__}: a subclass can change how it compares")
     if x is None or type(x) in (bool, int, float, str):
         return x
+    if type(x) in (fractions.Fraction, decimal.Decimal):  # exact numbers, read by the library's own float()
+        return float(x)
     if type(x) in (list, tuple):
         return type(x)(to_data(v, depth + 1) for v in x)
     if type(x) is dict and all(type(k) is str for k in x):
@@ -212,14 +221,47 @@ def _codes(obj) -> list:
 
 def _key(code) -> tuple:
     """What a piece of compiled code does, apart from where it was written: its bytecode, names and constants, and
-    those of the code it holds (a student's helper of the chapter's name and shape has other names or constants)."""
-    consts = tuple(_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c)) for c in code.co_consts)
+    those of the code it holds (a student's helper of the chapter's name and shape has other names or constants); the
+    same in every process (a frozenset's items sorted: their order follows the process's hash seed)."""
+    held = [sorted(map(repr, c)) if type(c) is frozenset else c for c in code.co_consts]
+    consts = tuple(_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c)) for c in held)
     return code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts
 
 
 def _compiled(code) -> list:
     """Every code object of compiled code: its own and those it holds, at any depth."""
     return [code] + [c for held in code.co_consts if isinstance(held, types.CodeType) for c in _compiled(held)]
+
+
+def watched(references: list[str], namespace: dict | None = None, defined: dict | None = None, chapter=()) -> tuple:
+    """What a call of each reference runs: ({``_key`` of its code: path}, {aten operator: path} for one written in C).
+    Its code: the book's or a library's, and the chapter's own definition of that name. ``defined``: under the grader,
+    the source of the book's cell that defines each name, compiled in the grader's process (the kernel's modules and
+    names are the student's to replace), and ``chapter``: other names it defines, each "the chapter's NAME" (a helper
+    that computes what the exercise asks for). In a student's own run, where the notebook's cells are not told apart,
+    the ``namespace``'s object of that name is taken as the chapter's."""
+    keys, operators = {}, {}
+    for name in chapter:
+        keys |= {_key(c): f"{CHAPTER}{name}" for c in _defined_as(name, defined[name])}
+    for path in references:
+        qualname, obj = reference_source(path)
+        first, *rest = qualname.split(".")
+        if defined is None:  # the namespace's object of that name
+            mine = _codes(functools.reduce(lambda obj, part: getattr(obj, part, None), rest, namespace.get(first)))
+        else:
+            mine = _defined_as(qualname, defined.get(first, ""))
+        found = _codes(obj) + mine
+        keys |= {_key(c): path for c in found}
+        if not found:  # a C function: the aten operator it runs
+            operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
+    return keys, operators
+
+
+def _defined_as(qualname: str, source: str) -> list:
+    """The code of the functions of that name (or its class's methods) that a book's cell compiles to."""
+    cell = _compiled(compile(source, "<book>", "exec"))
+    mine = [c for c in cell if c.co_flags & inspect.CO_NEWLOCALS and "<locals>" not in c.co_qualname]
+    return [c for c in mine if c.co_qualname == qualname or c.co_qualname.startswith(f"{qualname}.")]
 
 
 class Watch:
@@ -229,23 +271,10 @@ class Watch:
     in C (torch's fused kernels) by the operator it runs, whatever the route (``torch.ops.aten``, a thread). A pasted
     copy of the source is not a call: the grader flags it from the submission's source (``grader.near_copies``)."""
 
-    def __init__(self, references: list[str], namespace: dict, defined: dict | None = None):
-        """``defined``: under the grader, the source of the book's cell that defines each name; the namespace's object
-        of that name is the chapter's definition only if its compiled code is that cell's (not a student's own). In a
-        student's own run, where the notebook's cells are not told apart, the namespace's object of that name is
-        taken as the chapter's."""
-        self.keys, self.seen, self.operators, self.hits = {}, {}, {}, []
-        for path in references:
-            qualname, obj = reference_source(path)
-            first, *rest = qualname.split(".")  # the namespace's object of that name
-            mine = _codes(functools.reduce(lambda obj, part: getattr(obj, part, None), rest, namespace.get(first)))
-            if defined is not None:  # the chapter's definition only if its code is the book's cell's (which parses)
-                book = set(map(_key, _compiled(compile(defined.get(first, ""), "<book>", "exec"))))
-                mine = [c for c in mine if _key(c) in book]
-            found = _codes(obj) + mine
-            self.keys |= {_key(c): path for c in found}
-            if not found:  # a C function: the aten operator it runs
-                self.operators[getattr(obj, "__name__", qualname.split(".")[-1]).strip("_")] = path
+    def __init__(self, references: list[str], namespace: dict, defined: dict | None = None, known=None):
+        """``known``: ``watched(references, defined=...)`` as the grader found it; else found here."""
+        self.keys, self.operators = known or watched(references, namespace, defined)
+        self.seen, self.hits = {}, []
 
     def _operator(self, event) -> str | None:
         op, sdpa = event.name.removeprefix("aten::").strip("_"), "scaled_dot_product"  # any of its fused kernels
@@ -263,7 +292,7 @@ class Watch:
             if (known := self.seen.get(id(frame.f_code))) is None:
                 code = frame.f_code
                 known = self.seen[id(code)] = (code, self.keys.get(_key(code)))
-            if known[1]:
+            if known[1] and known[1] not in self.hits:
                 self.hits.append(known[1])
 
         timer, recorded = _seconds > 0 and threading.current_thread() is threading.main_thread(), None
