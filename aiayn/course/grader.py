@@ -224,6 +224,7 @@ RESOLVERS = {"import_item", "import_string", "import_module", "locate", "resolve
 # string.Formatter's "0.__globals__", functools (wraps(ns)(torch) sets torch's attributes to ns's), typing
 RESOLVERS |= {"get_field", "update_wrapper", "wraps", "get_type_hints", "ForwardRef"}
 RESOLVERS |= {"singledispatch", "singledispatchmethod"}  # (which evaluate annotations: code in a string, typing's)
+RESOLVERS |= {"Formatter"}  # string's, whose subclass's format_field gets the object "{0.attribute}" names
 SUSPECT_ATTRIBUTES |= REACH | {"course", "reference_source", "profiler"}  # and the module that answers, its profiler
 SUSPECT_ATTRIBUTES |= {"pub_thread", "io_loop", "add_callback"}  # the kernel's own threads, which run what they get
 SUSPECT_CALLS, SUSPECT_ATTRIBUTES = SUSPECT_CALLS | RESOLVERS, SUSPECT_ATTRIBUTES | RESOLVERS

@@ -43,6 +43,7 @@ LIBRARY_THREADS = (("zmq.utils.garbage", "gc", "thread"),)  # which the book's c
 SYSCALLS = {"x86_64": (0xC000003E, 317, (57, 58, 59, 322, 319), 56), "aarch64": (0xC00000B7, 277, (221, 281, 279), 220)}
 # what the call watch records when the student's code put a profiler of its own in place of the watch's
 BUILTIN = type(sys.intern)  # sys's own functions (a stand-in for one is not)
+CONSTANTS = (str, bytes, int, float, complex, bool, type(None), type(Ellipsis))  # what Python compiles to constants
 CHAPTER = "the chapter's "  # a call of a function of the chapter's cells that is not a reference: flagged
 WATCH_OFF = "replaced the grader's call watch with a profiler of its own (sys.setprofile, cProfile, ...)"
 
@@ -222,10 +223,20 @@ def _codes(obj) -> list:
 def _key(code) -> tuple:
     """What a piece of compiled code does, apart from where it was written: its bytecode, names and constants, and
     those of the code it holds (a student's helper of the chapter's name and shape has other names or constants); the
-    same in every process (a frozenset's items sorted: their order follows the process's hash seed)."""
-    held = [sorted(map(repr, c)) if type(c) is frozenset else c for c in code.co_consts]
-    consts = tuple(_key(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c)) for c in held)
-    return code.co_code, code.co_names, code.co_varnames, code.co_freevars, consts
+    same in every process."""
+    return code.co_code, code.co_names, code.co_varnames, code.co_freevars, tuple(map(_constant, code.co_consts))
+
+
+def _constant(c):
+    """A constant of compiled code, as data: Python's own constants only (a copy of compiled code can hold any object,
+    whose repr would run the student's code inside the call watch's profiler, unwatched)."""
+    if type(c) is frozenset:  # its items sorted: their order follows the process's hash seed
+        return "frozenset", tuple(sorted(map(repr, map(_constant, c))))
+    if type(c) is tuple:
+        return "tuple", tuple(map(_constant, c))
+    if type(c) is types.CodeType:
+        return _key(c)
+    return (type(c).__name__, repr(c)) if type(c) in CONSTANTS else ("an object",)
 
 
 def _compiled(code) -> list:
