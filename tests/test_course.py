@@ -448,7 +448,7 @@ def test_static_flags_name_what_reaches_past_the_function():
         "    return torch.tensor([[[0.62, 0.3]]], dtype=torch.float32)\nw = getattr(layer, 'weight')"
     )
     assert grader.suspect(routes) == [
-        ".get_field", ".gi_frame", ".setprofile", ".sys",
+        ".Formatter", ".get_field", ".gi_frame", ".setprofile", ".sys",
         "an answer written out (return torch.tensor([[[0.62, 0.3]]], dty)",
         "the name 0.__code__ as a string", "the name sys as a string",
     ]  # fmt: skip
